@@ -1,0 +1,148 @@
+"""Result-row schema: one row per (case, path, mode). Torch-free.
+
+A ``ResultRow`` is frozen and versioned (``RESULT_SCHEMA_VERSION``). Every CSV the
+harness writes has a header row with exactly ``column_names()`` (plus, for reports,
+extra verdict/delta columns). ``samples_us`` holds the kept raw timing samples,
+';'-joined, so the gate can test distributions rather than medians.
+
+Status values: ``ok`` (timed and checked), ``error`` (the path raised or returned a
+non-zero code; ``error`` says why), ``unavailable`` (the path cannot run here;
+``error`` holds its reason), ``rejected`` (a timing below the physical floor: a
+measurement error, never a record).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+RESULT_SCHEMA_VERSION = 1
+STATUSES = ("ok", "error", "unavailable", "rejected")
+MODES = ("cold", "graph", "cpu", "model")
+
+
+class SchemaError(ValueError):
+    """A result/baseline file or row that does not match the schema (one-line message)."""
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    # identity
+    matrix: str
+    case_id: str
+    path: str
+    mode: str
+    M: int
+    N: int
+    K: int
+    group_size: int
+    seed: int = 0
+    kind: str = "gemm"
+    tags: str = ""
+    role: str = "path"
+    implementation: str = ""
+    arch: str = ""
+    device_name: str = ""
+    commit: str = ""
+    status: str = "ok"
+    error: str = ""
+    # dispatcher model: what TinyLoop's quant_gemm would run for this case, and why
+    dispatch_path: str = ""
+    fallback_reason: str = ""
+    # timing (microseconds, device-side)
+    time_us_median: float = math.nan
+    time_us_iqr: float = math.nan
+    time_us_ci_lo: float = math.nan
+    time_us_ci_hi: float = math.nan
+    n_samples: int = 0
+    samples_us: str = ""
+    clock_start_mhz: float = math.nan
+    clock_end_mhz: float = math.nan
+    clock_dropped: bool = False
+    # throughput and roofline
+    tflops: float = math.nan
+    gbps: float = math.nan
+    bytes_moved: int = 0
+    roofline_floor_us: float = math.nan
+    pct_roofline: float = math.nan
+    # accuracy against fp64 on the dequantized weights
+    rel_err: float = math.nan
+    rel_fro_err: float = math.nan
+    max_ulp: float = math.nan
+    p99_ulp: float = math.nan
+    mean_ulp: float = math.nan
+    frac_ulp_over_budget: float = math.nan
+    nonfinite: int = 0
+    # Marlin + correction breakdown
+    marlin_only_us: float = math.nan
+    correction_overhead_pct: float = math.nan
+    # load-time cost
+    prepare_seconds: float = math.nan
+    extra_bytes: int = 0
+    # perplexity rows (kind == "ppl")
+    ppl: float = math.nan
+    ppl_drift_vs_native: float = math.nan
+    ppl_drift_vs_reference: float = math.nan
+    schema_version: int = RESULT_SCHEMA_VERSION
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """The row's identity across runs: (case_id, path, mode)."""
+        return (self.case_id, self.path, self.mode)
+
+    def samples(self) -> list[float]:
+        return [float(s) for s in self.samples_us.split(";") if s]
+
+    def to_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "<row>") -> ResultRow:
+        """Parse a CSV/JSON dict, converting types; a bad field raises one-line SchemaError."""
+        version = d.get("schema_version")
+        try:
+            version = int(float(version))
+        except (TypeError, ValueError):
+            raise SchemaError(f"{source}: field 'schema_version' is missing or not a number ({version!r})") from None
+        if version != RESULT_SCHEMA_VERSION:
+            raise SchemaError(
+                f"{source}: schema_version {version} is not supported (expected {RESULT_SCHEMA_VERSION})"
+            )
+        kwargs = {}
+        for f in fields(cls):
+            if f.name not in d:
+                raise SchemaError(f"{source}: missing column {f.name!r}")
+            kwargs[f.name] = _convert(d[f.name], f.type, f.name, source)
+        row = cls(**kwargs)
+        if row.status not in STATUSES:
+            raise SchemaError(f"{source}: field 'status' is {row.status!r}, not one of {', '.join(STATUSES)}")
+        if row.mode not in MODES:
+            raise SchemaError(f"{source}: field 'mode' is {row.mode!r}, not one of {', '.join(MODES)}")
+        return row
+
+
+def _convert(value, type_name, field_name: str, source: str):
+    t = type_name if isinstance(type_name, str) else type_name.__name__
+    if value is None or (isinstance(value, float) and math.isnan(value) and t != "float"):
+        value = ""
+    try:
+        if t == "float":
+            return math.nan if value in ("", None) else float(value)
+        if t == "int":
+            return 0 if value in ("", None) else int(float(value))
+        if t == "bool":
+            if isinstance(value, bool):
+                return value
+            s = str(value).strip().lower()
+            if s in ("true", "1"):
+                return True
+            if s in ("false", "0", ""):
+                return False
+            raise ValueError(value)
+        return "" if value is None else str(value)
+    except (TypeError, ValueError):
+        raise SchemaError(f"{source}: field {field_name!r} has a non-{t} value {value!r}") from None
+
+
+def column_names() -> list[str]:
+    return [f.name for f in fields(ResultRow)]
