@@ -1,0 +1,162 @@
+"""nox sessions: tests, lint, bench (per GPU arch), bench-cpu, report, compare, baseline,
+ppl, wheelhouse.
+
+CPU sessions make their own virtualenv and install the project with its extras from
+pyproject.toml (torch pinned to the CPU build in ``CPU_TORCH``). GPU sessions run in the
+ACTIVE environment (``python=False``): GPU machines carry one curated environment with a
+CUDA torch that a nox venv cannot see, even with system site packages (DESIGN.md); they
+check for a CUDA torch and install what is missing from a local wheelhouse
+(``nox -s wheelhouse`` builds one). Arguments after ``--`` pass through to ``harness``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import nox
+
+nox.options.sessions = ["tests", "lint"]
+nox.options.default_venv_backend = "venv"
+
+#: The torch CPU CI installs first, so the project's "torch>=2.4" resolves to it.
+CPU_TORCH = os.environ.get("HARNESS_CPU_TORCH", "torch==2.13.0")
+#: Wheels a GPU machine without a package registry needs (see `nox -s wheelhouse`).
+WHEELHOUSE = os.environ.get("HARNESS_WHEELHOUSE", ".whl")
+GPU_WHEELS = (
+    "optimum-quanto==0.2.7",
+    "nox", "argcomplete", "colorlog", "dependency-groups", "python-discovery",
+    "virtualenv", "distlib", "platformdirs", "packaging", "filelock", "attrs",
+)
+ARCHS = {"sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0)}
+
+
+def _cpu_env(session: nox.Session, *extras: str) -> None:
+    session.install(CPU_TORCH)
+    session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+
+
+@nox.session(tags=["ci"])
+def tests(session: nox.Session) -> None:
+    """CPU test suite (GPU tests skip with their reasons). Extra args go to pytest."""
+    _cpu_env(session, "test")
+    args = session.posargs or ["-n", "2", "tests/unit", "tests/gpu"]
+    session.run("python", "-m", "pytest", *args)
+
+
+@nox.session(python=False, name="tests-gpu", default=False)
+def tests_gpu(session: nox.Session) -> None:
+    """The whole suite, GPU tests included, in the active (CUDA) environment."""
+    _active_env(session, need_cuda=True)
+    session.run("python", "-m", "pytest", *(session.posargs or ["tests/unit", "tests/gpu"]))
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "harness", "tests", "noxfile.py")
+
+
+def _active_env(session: nox.Session, need_cuda: bool) -> tuple[int, int] | None:
+    """Check the active environment; install missing packages from the wheelhouse."""
+    probe = subprocess.run(
+        [sys.executable, "-c",
+         "import torch,sys;ok=torch.cuda.is_available();"
+         "print('%d %d' % torch.cuda.get_device_capability() if ok else 'none', torch.__version__)"],
+        capture_output=True, text=True,
+    )
+    if probe.returncode != 0:
+        session.error("the active environment has no importable torch; GPU sessions run in the "
+                      "environment that carries the CUDA torch (activate it first)")
+    cc_text, torch_version = probe.stdout.split()[:-1], probe.stdout.split()[-1]
+    if cc_text == ["none"]:
+        if need_cuda:
+            session.skip(f"no CUDA GPU visible to torch {torch_version}")
+        return None
+    site = os.path.abspath(os.path.join(".nox", "_site"))
+    missing = [m for m in ("optimum.quanto",)
+               if subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True).returncode]
+    if missing and os.path.isdir(WHEELHOUSE):
+        session.run(sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
+                    "--target", site, "--find-links", WHEELHOUSE, "optimum-quanto", external=True)
+    elif missing:
+        session.log(f"{', '.join(missing)} missing and no wheelhouse at {WHEELHOUSE}: "
+                    "Marlin paths will be reported unavailable (run `nox -s wheelhouse` on a "
+                    "machine with a registry and copy .whl/ here)")
+    session.env["PYTHONPATH"] = os.pathsep.join(
+        [os.getcwd(), site, session.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))])
+    return tuple(int(x) for x in cc_text)  # type: ignore[return-value]
+
+
+def _bench(session: nox.Session, arch: str | None) -> None:
+    cc = _active_env(session, need_cuda=True)
+    force = "--force" in session.posargs
+    if arch is not None and cc != ARCHS[arch] and not force:
+        session.skip(f"{arch} session, but the visible GPU is sm{cc[0]}{cc[1]} "
+                     f"(use `nox -s bench-sm{cc[0]}{cc[1]}`, or `-- --force` to run here and "
+                     f"record the real arch)")
+    args = ["--arch", arch] if arch else []
+    session.run("python", "-m", "harness", "bench", *args, *session.posargs)
+
+
+for _arch in ARCHS:
+    def _make(arch: str):
+        def bench_arch(session: nox.Session) -> None:
+            _bench(session, arch)
+        bench_arch.__doc__ = f"Shape matrix through every path on an {arch} GPU; gate vs baselines/{arch}/."
+        return bench_arch
+
+    nox.session(python=False, name=f"bench-{_arch}", default=False)(_make(_arch))
+
+
+@nox.session(python=False, default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmark on whatever GPU is visible (arch auto-detected)."""
+    _bench(session, None)
+
+
+@nox.session(name="bench-cpu", default=False)
+def bench_cpu(session: nox.Session) -> None:
+    """The CPU paths on the smoke matrix (or the matrix after --), no GPU needed."""
+    _cpu_env(session)
+    session.run("harness", "bench", "--cpu", *(session.posargs or ["--matrix", "smoke"]))
+
+
+@nox.session(default=False)
+def report(session: nox.Session) -> None:
+    """Render a stored run: nox -s report -- results/<commit>/<arch> [--baseline DIR]."""
+    _cpu_env(session)
+    session.run("harness", "report", *session.posargs)
+
+
+@nox.session(python=False, default=False)
+def compare(session: nox.Session) -> None:
+    """nox -s compare -- A B  (result sets or git revisions; revisions run on this GPU)."""
+    _active_env(session, need_cuda=False)
+    session.run("python", "-m", "harness", "compare", *session.posargs)
+
+
+@nox.session(python=False, default=False)
+def baseline(session: nox.Session) -> None:
+    """nox -s baseline -- accept RUN | calibrate --runs ... (see `harness baseline -h`)."""
+    _active_env(session, need_cuda=False)
+    session.run("python", "-m", "harness", "baseline", *session.posargs)
+
+
+@nox.session(default=False)
+def wheelhouse(session: nox.Session) -> None:
+    """Download every wheel a registry-less GPU machine needs into .whl/ (python 3.12, x86-64).
+
+    nox -s wheelhouse -- [--python-version 3.12]; then copy .whl/ to the machine and run
+    any GPU session there: they install from it.
+    """
+    pyver = "3.12"
+    if "--python-version" in session.posargs:
+        pyver = session.posargs[session.posargs.index("--python-version") + 1]
+    plats = [f"--platform=manylinux_2_{n}_x86_64" for n in (17, 27, 28)] + ["--platform=manylinux2014_x86_64"]
+    session.run("python", "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                f"--python-version={pyver}", "--implementation=cp", *plats,
+                "-d", WHEELHOUSE, *GPU_WHEELS)
+    session.run("python", "-m", "pip", "wheel", "--no-deps", "-w", WHEELHOUSE, ".")
+    session.log(f"wheelhouse ready in {WHEELHOUSE}/ for python {pyver}")
