@@ -219,6 +219,26 @@ class MarlinPack:
     formula: str
     version: int = MARLIN_PACK_VERSION
 
+    def __post_init__(self) -> None:
+        if self.formula not in FORMULAS:
+            raise MarlinPackError(f"formula: {self.formula!r} is not one of {', '.join(FORMULAS)}")
+        _check_kn(self.K, self.N, "MarlinPack")
+        G = _check_group(self.group_size, self.K)
+        if self.marlin_groupsize not in (-1, self.group_size) or (
+                self.marlin_groupsize == -1 and self.group_size != self.K):
+            raise MarlinPackError(
+                f"marlin_groupsize: {self.marlin_groupsize} does not fit group_size={self.group_size}"
+            )
+        expect = {"B": (torch.int32, (self.K // TILE, 2 * self.N)),
+                  "scales": (torch.float16, (G, self.N)), "delta": (torch.float32, (G, self.N))}
+        if self.sz is not None:
+            expect["sz"] = (torch.float16, (G, self.N))
+        for name, (dtype, shape) in expect.items():
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype or tuple(t.shape) != shape:
+                got = (t.dtype, tuple(t.shape)) if isinstance(t, torch.Tensor) else type(t).__name__
+                raise MarlinPackError(f"{name}: must be {dtype} of shape {shape}, got {got}")
+
     @property
     def groups(self) -> int:
         return self.K // self.group_size
@@ -240,9 +260,9 @@ def _symmetric_codes(w_sym: torch.Tensor, scale: torch.Tensor, group_size: int) 
     ct = torch.promote_types(w_sym.dtype, torch.float32)
     w = w_sym.to(ct).reshape(K // group_size, group_size, N)
     s = scale.to(ct)[:, None, :]
-    safe = torch.where(s == 0, torch.ones_like(s), s)
-    codes = (torch.round(w / safe) + 8).clamp_(0, 15)
-    codes = torch.where(s == 0, torch.full_like(codes, 8.0), codes)
+    zero_s = s == 0
+    codes = torch.div(w, torch.where(zero_s, torch.ones_like(s), s))
+    codes.round_().add_(8).clamp_(0, 15).masked_fill_(zero_s, 8.0)
     return codes.reshape(K, N).to(torch.uint8)
 
 
@@ -257,8 +277,13 @@ def marlin_pack_symmetric(w_sym: torch.Tensor, scale: torch.Tensor,
     _check_scale(scale, G, N)
     if not bool(torch.isfinite(w_sym).all()):
         raise MarlinPackError("w_sym: contains NaN or Inf")
-    codes = _symmetric_codes(w_sym, scale.to(w_sym.device), group_size)
-    return pack_codes(codes), permute_scales(scale)
+    return _pack_symmetric(w_sym, scale.to(w_sym.device), group_size)
+
+
+def _pack_symmetric(w_sym: torch.Tensor, scale: torch.Tensor,
+                    group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``marlin_pack_symmetric`` after validation."""
+    return pack_codes(_symmetric_codes(w_sym, scale, group_size)), permute_scales(scale)
 
 
 def _delta(weight: QuantizedWeight, formula: str) -> torch.Tensor:
@@ -293,8 +318,9 @@ def marlin_pack_asymmetric(weight: QuantizedWeight, formula: str = "q_minus_8") 
     q = weight.q
     if int(q.max()) > 15:
         raise MarlinPackError(f"weight.q: codes must lie in 0..15, got max {int(q.max())}")
-    w_sym = (q.float() - 8.0) * weight.expand(weight.scale.float())   # exact in float32
-    B, scales = marlin_pack_symmetric(w_sym, weight.scale, gs)
+    # w_sym = (q - 8) * scale is exact in float32 (a 4-bit integer times an fp16 value)
+    w_sym = (q.float().sub_(8.0).reshape(G, gs, N) * weight.scale.float()[:, None, :]).reshape(K, N)
+    B, scales = _pack_symmetric(w_sym, weight.scale, gs)
     sz = permute_scales((weight.scale.float() * -8.0).to(torch.float16))
     delta = _delta(weight, formula).to(torch.float32)
     return MarlinPack(B=B, scales=scales, sz=sz, delta=delta, group_size=gs,
