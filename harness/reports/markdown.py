@@ -1,0 +1,104 @@
+"""Short text renderings of a gate result: a terminal table and a Markdown summary (for a
+PR comment or ``$GITHUB_STEP_SUMMARY``), regressions first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from .gate import GateResult, RowVerdict, Verdict
+
+_ICON = {Verdict.SLOWER: "🐢", Verdict.FASTER: "🚀", Verdict.WORSE_ACCURACY: "🎯",
+         Verdict.LOST_DISPATCH: "↪️", Verdict.MISSING: "❓", Verdict.ERROR: "💥",
+         Verdict.AMBIGUOUS: "〰️", Verdict.NEW: "🆕", Verdict.SAME: "="}
+
+
+def fmt_us(x: float) -> str:
+    if not math.isfinite(x):
+        return "—"
+    return f"{x:.1f}" if x >= 100 else f"{x:.2f}" if x >= 1 else f"{x:.3f}"
+
+
+def fmt_pct(change: float) -> str:
+    return "—" if not math.isfinite(change) else f"{change * 100:+.1f}%"
+
+
+def _detail(v: RowVerdict, width: int = 90) -> str:
+    text = v.reasons[0] if v.reasons else ""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def text_table(result: GateResult, changes_only: bool = False, max_rows: int = 60) -> str:
+    """A fixed-width table for the terminal (SAME rows hidden when ``changes_only``)."""
+    rows = [v for v in result.verdicts if not (changes_only and v.verdict == Verdict.SAME)]
+    head = ("verdict", "case", "path", "mode", "base µs", "cur µs", "Δ time", "detail")
+    body = [(str(v.verdict) + (" *" if v.fails else ""), v.case_id, v.path, v.mode,
+             fmt_us(v.base_median_us), fmt_us(v.cur_median_us), fmt_pct(v.time_change), _detail(v, 70))
+            for v in rows[:max_rows]]
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(head)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
+    if len(rows) > max_rows:
+        lines.append(f"... and {len(rows) - max_rows} more rows")
+    lines.append(summary_line(result) + ("  (* fails the gate)" if result.failures else ""))
+    return "\n".join(lines)
+
+
+def summary_line(result: GateResult) -> str:
+    counts = {k: n for k, n in result.counts().items() if n}
+    parts = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no rows"
+    state = "PASS" if result.passed else f"FAIL ({len(result.failures)} regressions)"
+    return f"{state}: {parts}"
+
+
+def _md_row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+
+def _md_table(rows: Sequence[RowVerdict], limit: int) -> list[str]:
+    out = [_md_row(("verdict", "case", "path", "mode", "base µs", "now µs", "Δ time", "detail")),
+           _md_row(("---",) * 8)]
+    for v in rows[:limit]:
+        out.append(_md_row((f"{_ICON[v.verdict]} {v.verdict}", f"`{v.case_id}`", v.path, v.mode,
+                            fmt_us(v.base_median_us), fmt_us(v.cur_median_us),
+                            fmt_pct(v.time_change), _detail(v))))
+    if len(rows) > limit:
+        out.append(f"\n…and {len(rows) - limit} more (see the CSV/HTML report).")
+    return out
+
+
+def markdown_summary(
+    result: GateResult, *, title: str = "INT4 GEMM gate", rule: Sequence[tuple[str, str]] = (),
+    report_path: str = "", max_rows: int = 15,
+) -> str:
+    """A short Markdown summary: status, counts, regressions, improvements, ambiguities."""
+    failed = result.failures
+    head = "✅ no regressions" if not failed else f"❌ {len(failed)} regression(s)"
+    versus = (f"`{result.current_label}` vs `{result.baseline_label}`" if result.has_baseline
+              else f"`{result.current_label}` (no baseline)")
+    lines = [f"### {title}: {head}", "", versus + "  ", summary_line(result), ""]
+    s = result.settings
+    lines.append(f"Preset `{s.preset}`: slower/faster needs Mann-Whitney p < {s.alpha:g} and a median "
+                 f"change beyond max({s.min_effect:.0%}, per-case noise margin); rel_err gate "
+                 f"{s.rel_err_gate:g}, ULP tolerance {s.ulp_tolerance:g}.")
+    lines.append("")
+    if failed:
+        lines += ["**Regressions**", ""] + _md_table(failed, max_rows) + [""]
+    ambiguous = result.of(Verdict.AMBIGUOUS)
+    if ambiguous:
+        lines += [f"**Ambiguous** ({len(ambiguous)}; not failing: the change is beyond the margin "
+                  "but not significant)", ""] + _md_table(ambiguous, max_rows) + [""]
+    faster = result.of(Verdict.FASTER)
+    if faster:
+        lines += [f"<details><summary>Faster ({len(faster)})</summary>", ""]
+        lines += _md_table(faster, max_rows) + ["", "</details>", ""]
+    if rule:
+        lines += ["<details><summary>Fastest correct path per shape (the dispatch rule the data "
+                  "supports)</summary>", ""]
+        lines += [f"- {label}: {text}" for label, text in rule] + ["", "</details>", ""]
+    for note in result.notes:
+        lines.append(f"_{note}_  ")
+    if report_path:
+        lines.append(f"Full report: `{report_path}`")
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,344 @@
+"""The regression gate on synthetic results: every verdict, noise behaviour, re-measure,
+environment refusal, baselines (accept / calibrate)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from harness.config import load_settings
+from harness.reports.baseline import (
+    accept,
+    calibrate,
+    load_baseline,
+    read_baseline_matrix,
+)
+from harness.reports.environment import (
+    Environment,
+    IncompatibleBaselineError,
+    check_compatible,
+    incompatibility,
+)
+from harness.reports.gate import FAILING, Verdict, evaluate
+from harness.reports.schema import SchemaError
+from harness.reports.stats import noise_margins, speed_call, with_samples
+from harness.reports.store import RunMeta, load_run, write_run
+from harness.reports.synthetic import make_rows, resample
+
+S = load_settings("default")
+
+
+def _one(result, case_id, path, mode="graph"):
+    matches = [v for v in result.verdicts if v.key == (case_id, path, mode)]
+    assert len(matches) == 1, (case_id, path, mode)
+    return matches[0]
+
+
+@pytest.fixture(scope="module")
+def base():
+    return make_rows(shapes=((2048, 2048, 128),), ms=(1, 16, 64), seed=3)
+
+
+def test_aa_is_all_same_and_passes(base):
+    cur = resample(base, seed=11)
+    result = evaluate(cur, base, S)
+    assert {v.verdict for v in result.verdicts} == {Verdict.SAME}
+    assert result.exit_code == 0 and result.passed
+    assert len(result.verdicts) == len(base)
+
+
+def test_every_verdict_is_reachable(base):
+    cur = {r.key: r for r in resample(base, seed=5)}
+    m16, m64, m1 = "M16-N2048-K2048-g128-s0", "M64-N2048-K2048-g128-s0", "M1-N2048-K2048-g128-s0"
+    # SLOWER and FASTER: 10% either way on stable samples
+    k = (m16, "native_int4", "graph")
+    cur[k] = with_samples(cur[k], np.array(cur[k].samples()) * 1.10)
+    k = (m16, "fp16_cache", "graph")
+    cur[k] = with_samples(cur[k], np.array(cur[k].samples()) * 0.90)
+    # AMBIGUOUS: +10% but only three samples, so no test is possible
+    k = (m64, "native_int4", "graph")
+    cur[k] = with_samples(cur[k], np.array(cur[k].samples()[:3]) * 1.10)
+    # WORSE_ACCURACY: rel_err over the gate
+    k = (m64, "fp16_cache", "graph")
+    cur[k] = replace(cur[k], rel_err=5e-3)
+    # LOST_DISPATCH: the dispatcher no longer picks Marlin for M=16
+    for path in ("native_int4", "fp16_cache", "marlin_asym", "tinygemm"):
+        kk = (m16, path, "graph")
+        cur[kk] = replace(cur[kk], dispatch_path="native_int4", fallback_reason="marlin rc=2")
+    # ERROR, MISSING (gone), MISSING (unavailable now), NEW
+    k = (m1, "marlin_asym", "graph")
+    cur[k] = replace(cur[k], status="error", error="KernelReturnCode rc=2")
+    del cur[(m1, "fp16_cache", "graph")]
+    k = (m1, "native_int4", "graph")
+    cur[k] = replace(cur[k], status="unavailable", error="no CUDA device")
+    new = replace(base[0], case_id="M32-N2048-K2048-g128-s0", M=32)
+    cur[new.key] = new
+    result = evaluate(list(cur.values()), base, S)
+    got = {v.key: v for v in result.verdicts}
+    assert got[(m16, "native_int4", "graph")].verdict == Verdict.SLOWER
+    assert got[(m16, "fp16_cache", "graph")].verdict == Verdict.FASTER
+    assert got[(m64, "native_int4", "graph")].verdict == Verdict.AMBIGUOUS
+    assert got[(m64, "fp16_cache", "graph")].verdict == Verdict.WORSE_ACCURACY
+    assert got[(m16, "marlin_asym", "graph")].verdict == Verdict.LOST_DISPATCH
+    assert got[(m1, "marlin_asym", "graph")].verdict == Verdict.ERROR
+    assert got[(m1, "fp16_cache", "graph")].verdict == Verdict.MISSING
+    assert got[(m1, "native_int4", "graph")].verdict == Verdict.MISSING
+    assert got[new.key].verdict == Verdict.NEW
+    assert got[(m64, "marlin_asym", "graph")].verdict == Verdict.SAME
+    assert {v.verdict for v in result.verdicts} == set(Verdict)
+    # LOST_DISPATCH sits on the Marlin row only, not on every path of the case
+    assert got[(m16, "fp16_cache", "graph")].verdict == Verdict.FASTER
+    assert "marlin rc=2" in got[(m16, "marlin_asym", "graph")].reason
+    # exit status: failing verdicts fail, FASTER / AMBIGUOUS / NEW do not
+    assert result.exit_code == 1
+    assert {v.verdict for v in result.failures} == set(FAILING)
+    for v in result.verdicts:
+        assert v.fails == (v.verdict in FAILING and v.role == "path")
+    # regressions come first
+    flags = [v.fails for v in result.verdicts]
+    assert flags == sorted(flags, reverse=True)
+
+
+def test_accuracy_checks(base):
+    key = ("M16-N2048-K2048-g128-s0", "marlin_asym", "graph")
+    b = next(r for r in base if r.key == key)
+    others = [r for r in base if r.key != key]
+    cases = {
+        "nonfinite": replace(b, nonfinite=3),
+        "max_ulp": replace(b, max_ulp=b.max_ulp + S.ulp_tolerance + 1),
+        "p99_ulp": replace(b, p99_ulp=b.p99_ulp + S.ulp_tolerance + 0.5),
+    }
+    for what, row in cases.items():
+        v = _one(evaluate(others + [row], base, S), *key)
+        assert v.verdict == Verdict.WORSE_ACCURACY, what
+        assert what.split("_")[0] in v.reason or "non-finite" in v.reason
+    within = replace(b, max_ulp=b.max_ulp + S.ulp_tolerance)
+    assert _one(evaluate(others + [within], base, S), *key).verdict == Verdict.SAME
+
+
+def test_ppl_drift():
+    row = make_rows(shapes=((2048, 2048, 128),), ms=(16,), paths=("marlin_asym",), peers=())[0]
+    b = replace(row, kind="ppl", case_id="ppl-model", mode="model", ppl=8.9755, samples_us="", n_samples=0)
+    ok = replace(b, ppl=8.9755 * 1.005)
+    bad = replace(b, ppl=8.9755 * 1.02)
+    assert _one(evaluate([ok], [b], S), "ppl-model", "marlin_asym", "model").verdict == Verdict.SAME
+    v = _one(evaluate([bad], [b], S), "ppl-model", "marlin_asym", "model")
+    assert v.verdict == Verdict.WORSE_ACCURACY and "PPL" in v.reason
+    assert v.ppl_drift == pytest.approx(0.02)
+    # drift between paths (the seed: Marlin 0.67 % from native) against the same tolerance
+    seed_like = replace(b, ppl_drift_vs_native=-0.0067)
+    assert _one(evaluate([seed_like], [b], S), "ppl-model", "marlin_asym", "model").verdict == Verdict.SAME
+    far = replace(b, ppl_drift_vs_native=0.015)
+    v = _one(evaluate([far], [], S), "ppl-model", "marlin_asym", "model")
+    assert v.verdict == Verdict.WORSE_ACCURACY and "vs native" in v.reason
+
+
+def test_new_rows_still_get_absolute_accuracy_checks(base):
+    result = evaluate([replace(base[0], rel_err=2e-3)] + base[1:], [], S)
+    assert result.verdicts[0].verdict == Verdict.WORSE_ACCURACY and result.exit_code == 1
+    assert {v.verdict for v in result.verdicts[1:]} == {Verdict.NEW}
+    assert evaluate(base, [], S).exit_code == 0
+
+
+def test_five_percent_slowdown_of_stable_cases_is_slower():
+    base = make_rows(shapes=((2048, 2048, 128), (6144, 2048, 2048)), ms=(1, 16, 64, 256), seed=1)
+    caught = 0
+    for seed in range(20):
+        result = evaluate(resample(base, seed=100 + seed, factor={"marlin_asym": 1.05}), base, S)
+        marlin = [v for v in result.verdicts if v.path == "marlin_asym"]
+        assert all(v.time_change == pytest.approx(0.05, abs=0.01) for v in marlin)
+        caught += all(v.verdict == Verdict.SLOWER for v in marlin)
+        assert all(v.verdict == Verdict.SAME for v in result.verdicts if v.path != "marlin_asym")
+    assert caught == 20
+
+
+def test_aa_same_distribution_is_never_slower_over_200_trials():
+    base = make_rows(shapes=((2048, 2048, 128),), ms=(1, 64), seed=2)
+    significant_but_small = 0
+    for trial in range(200):
+        a = resample(base, seed=10_000 + trial)
+        b = resample(base, seed=20_000 + trial)
+        result = evaluate(b, a, S)
+        verdicts = {v.verdict for v in result.verdicts}
+        assert Verdict.SLOWER not in verdicts and Verdict.FASTER not in verdicts, trial
+        assert result.exit_code == 0
+        significant_but_small += sum(
+            1 for v in result.verdicts if math.isfinite(v.p_value) and v.p_value < S.alpha)
+    # the U test does fire at about its alpha rate; the effect-size threshold holds it back
+    assert 0 < significant_but_small < 0.05 * 200 * len(base)
+
+
+def test_noise_margin_raises_the_threshold(base):
+    cur = resample(base, seed=9, factor={"marlin_asym": 1.05})
+    margins = {r.key: 0.08 for r in base if r.path == "marlin_asym"}
+    result = evaluate(cur, base, S, margins=margins)
+    marlin = [v for v in result.verdicts if v.path == "marlin_asym"]
+    assert all(v.verdict == Verdict.SAME and v.threshold == 0.08 for v in marlin)
+    assert all("within" in v.reason for v in marlin)
+
+
+def _ambiguous_setup(base):
+    key = ("M64-N2048-K2048-g128-s0", "marlin_asym", "graph")
+    cur = [with_samples(r, np.array(r.samples()[:3]) * 1.10) if r.key == key else r
+           for r in resample(base, seed=4)]
+    return key, cur
+
+
+def test_ambiguous_is_remeasured_then_final(base):
+    key, cur = _ambiguous_setup(base)
+    assert _one(evaluate(cur, base, S), *key).verdict == Verdict.AMBIGUOUS
+    calls = []
+
+    def remeasure_slow(keys):
+        calls.append(keys)
+        return [r for r in resample(base, seed=77, factor={key: 1.10}) if r.key in keys]
+
+    result = evaluate(cur, base, S, remeasure=remeasure_slow)
+    assert calls == [[key]]
+    v = _one(result, *key)
+    assert v.verdict == Verdict.SLOWER and v.remeasured and result.exit_code == 1
+
+    def remeasure_both(keys):  # the interleaved form: (baseline rows, current rows)
+        return ([r for r in resample(base, seed=78) if r.key in keys],
+                [r for r in resample(base, seed=79) if r.key in keys])
+
+    v = _one(evaluate(cur, base, S, remeasure=remeasure_both), *key)
+    assert v.verdict == Verdict.SAME and v.remeasured
+
+
+def test_ambiguous_without_hook_stays_and_does_not_fail(base):
+    key, cur = _ambiguous_setup(base)
+    result = evaluate(cur, base, S)
+    assert _one(result, *key).verdict == Verdict.AMBIGUOUS
+    assert result.exit_code == 0
+    assert any("not re-measured" in n for n in result.notes)
+
+
+def test_missing_baseline_rows_fail_unless_partial(base):
+    cur = [r for r in resample(base, seed=1) if r.M != 64]
+    result = evaluate(cur, base, S)
+    missing = result.of(Verdict.MISSING)
+    assert len(missing) == sum(1 for r in base if r.M == 64) and result.exit_code == 1
+    assert evaluate(cur, base, S, partial=True).exit_code == 0
+
+
+def test_peer_rows_are_informational(base):
+    cur = resample(base, seed=2, factor={"tinygemm": 1.3})
+    result = evaluate(cur, base, S)
+    peers = [v for v in result.verdicts if v.path == "tinygemm"]
+    assert all(v.verdict == Verdict.SLOWER and not v.fails for v in peers)
+    assert result.exit_code == 0
+
+
+def test_speed_call_rules():
+    rng = np.random.default_rng(0)
+    a = 10 * rng.lognormal(0, 0.005, 200)
+    assert speed_call(a, a * 1.05, alpha=0.01, min_effect=0.03).call == "SLOWER"
+    assert speed_call(a, a * 0.95, alpha=0.01, min_effect=0.03).call == "FASTER"
+    assert speed_call(a, a * 1.01, alpha=0.01, min_effect=0.03).call == "SAME"  # significant, small
+    assert speed_call(a[:3], a[:3] * 1.2, alpha=0.01, min_effect=0.03).call == "AMBIGUOUS"
+    assert speed_call([], [], alpha=0.01, min_effect=0.03).call == "NONE"
+    call = speed_call([], [], alpha=0.01, min_effect=0.03, base_median=10.0, cur_median=12.0)
+    assert call.call == "AMBIGUOUS" and call.change == pytest.approx(0.2)
+
+
+def test_noise_margins_percentile_and_floor():
+    k1, k2 = ("c", "p", "graph"), ("d", "p", "graph")
+    runs = [{k1: 100.0, k2: 50.0}, {k1: 102.0, k2: 50.1}, {k1: 98.0, k2: 50.0}]
+    m = noise_margins(runs, floor=0.01)
+    drifts = [0.02, 0.02, abs(98 / 102 - 1)]
+    assert m[k1] == pytest.approx(float(np.percentile(drifts, 95)))
+    assert m[k2] == 0.01  # floored
+    with pytest.raises(ValueError, match="at least 2"):
+        noise_margins(runs[:1], floor=0.01)
+
+
+ENV = Environment(arch="sm90", gpu_name="NVIDIA H200", compute_capability="9.0",
+                  torch="2.11.0+cu130", cuda="13.0", driver="580.1", commit="a" * 40)
+
+
+@pytest.mark.parametrize("change, refused", [
+    (dict(arch="sm89"), "arch"), (dict(gpu_name="NVIDIA H100 80GB HBM3"), "GPU"),
+    (dict(torch="2.13.0+cu130"), "torch"), (dict(cuda="12.4"), "CUDA"),
+    (dict(torch="2.11.1"), None), (dict(cuda="13.1", driver="590.0"), None),
+])
+def test_environment_compatibility(change, refused):
+    other = replace(ENV, **change)
+    reason = incompatibility(ENV, other)
+    if refused is None:
+        assert reason is None
+        check_compatible(ENV, other)
+    else:
+        assert refused in reason
+        with pytest.raises(IncompatibleBaselineError) as exc:
+            check_compatible(ENV, other)
+        assert "\n" not in str(exc.value) and refused in str(exc.value)
+
+
+def _store(tmp_path, name, rows, env):
+    meta = RunMeta(matrix=rows[0].matrix, commit=env.commit, arch=env.arch, environment=env)
+    write_run(tmp_path / name, rows, meta)
+    return load_run(tmp_path / name)
+
+
+def test_accept_prints_diff_and_promotes(tmp_path, base):
+    out: list[str] = []
+    accept(_store(tmp_path, "r0", base, ENV), tmp_path / "baselines", S, echo=out.append)
+    assert any("no previous baseline" in line for line in out)
+    rows, meta = read_baseline_matrix(tmp_path / "baselines" / "sm90", "synthetic")
+    assert len(rows) == len(base) and meta.environment.gpu_name == "NVIDIA H200"
+    slower = resample(base, seed=3, factor={"marlin_asym": 1.2})
+    out.clear()
+    accept(_store(tmp_path, "r1", slower, ENV), tmp_path / "baselines", S, echo=out.append)
+    text = "\n".join(out)
+    assert "SLOWER" in text and "M16-N2048-K2048-g128-s0" in text
+    rows, _ = read_baseline_matrix(tmp_path / "baselines" / "sm90", "synthetic")
+    assert {r.key: r.time_us_median for r in rows} == {r.key: r.time_us_median for r in slower}
+    assert list((tmp_path / "baselines" / "sm90").glob(".*")) == []  # no temp or lock files left
+
+
+def test_half_promoted_baseline_is_detected(tmp_path, base):
+    accept(_store(tmp_path, "r0", base, ENV), tmp_path / "b", S, echo=lambda s: None)
+    csv_path = tmp_path / "b" / "sm90" / "synthetic.csv"
+    csv_path.write_text(csv_path.read_text().replace("native_int4", "native_int5", 1))
+    with pytest.raises(SchemaError, match="rows_sha256") as exc:
+        load_baseline(tmp_path / "b" / "sm90")
+    assert "\n" not in str(exc.value)
+
+
+def test_calibrate_stores_margins(tmp_path, base):
+    accept(_store(tmp_path, "r0", base, ENV), tmp_path / "b", S, echo=lambda s: None)
+    key = ("M16-N2048-K2048-g128-s0", "marlin_asym", "graph")
+    factors = (1.0, 1.04, 0.97, 1.01)
+    paths = [tmp_path / f"aa{i}" for i in range(len(factors))]
+    for i, f in enumerate(factors):
+        _store(tmp_path, f"aa{i}", resample(base, seed=40 + i, factor={key: f}, noise=0.0005), ENV)
+    margins = calibrate(paths, tmp_path / "b", S, echo=lambda s: None)["synthetic"]
+    drifts = [abs(b / a - 1) for i, a in enumerate(factors) for b in factors[i + 1:]]
+    assert margins[key] == pytest.approx(float(np.percentile(drifts, 95)), rel=0.05)
+    assert margins[("M16-N2048-K2048-g128-s0", "native_int4", "graph")] == S.noise_margin_floor
+    stored = load_baseline(tmp_path / "b" / "sm90")
+    assert stored.margins[key] == pytest.approx(margins[key])
+    assert stored.metas["synthetic"].calibration["runs"] == len(factors)
+    # another commit among the A/A runs is refused
+    _store(tmp_path, "other", base, replace(ENV, commit="b" * 40))
+    with pytest.raises(ValueError, match="one commit"):
+        calibrate(paths + [tmp_path / "other"], tmp_path / "b", S, echo=lambda s: None)
+
+
+def test_wrong_arch_baseline_is_refused_by_report(tmp_path, base, capsys):
+    from harness.cli import main
+
+    accept(_store(tmp_path, "r0", base, ENV), tmp_path / "baselines", S, echo=lambda s: None)
+    run = _store(tmp_path, "r89", [replace(r, arch="sm89") for r in base],
+                 replace(ENV, arch="sm89", gpu_name="NVIDIA GeForce RTX 4090"))
+    assert run.environment.arch == "sm89"
+    rc = main(["report", str(tmp_path / "r89"), "--baseline", str(tmp_path / "baselines"),
+               "--arch", "sm90", "--out", str(tmp_path / "rep")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert err.count("\n") == 0 and "refusing" in err and "sm89" in err
+    assert not (tmp_path / "rep").exists()

@@ -1,0 +1,90 @@
+"""Open the HTML report in headless Chromium: the regression summary, the tables and the
+SVG plots must be in the rendered DOM, and a screenshot is kept as a test artifact
+(``artifacts/html_report.png``, git-ignored). Skipped, with the reason, without Chromium."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from harness.config import load_settings
+from harness.reports.environment import Environment
+from harness.reports.gate import evaluate
+from harness.reports.render import write_reports
+from harness.reports.synthetic import make_rows, resample
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run"]
+
+
+def _chromium() -> str | None:
+    if os.access("/usr/bin/chromium", os.X_OK):
+        return "/usr/bin/chromium"
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    base = make_rows(shapes=((2048, 2048, 128), (6144, 2048, 2048)), ms=(1, 16, 64, 256),
+                     modes=("graph", "cold"), seed=21)
+    cur = resample(base, seed=22, factor={"marlin_asym": 1.06})
+    key = ("M16-N2048-K2048-g128-s0", "fp16_cache", "graph")
+    cur = [replace(r, rel_err=3e-3) if r.key == key else r for r in cur]
+    result = evaluate(cur, base, load_settings(), current_label="synthetic current",
+                      baseline_label="synthetic baseline")
+    out = tmp_path_factory.mktemp("html")
+    files = write_reports(result, out, "report", rows=cur,
+                          current_env=Environment(arch="sm90", gpu_name="synthetic H200"))
+    return files.html, result
+
+
+def _run(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_report_renders_in_headless_chromium(report, tmp_path):
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("Chromium not installed (/usr/bin/chromium or chromium on PATH); "
+                    "install it with `apt-get install -y chromium`")
+    html_path, result = report
+    url = html_path.resolve().as_uri()
+
+    dom = _run(browser, tmp_path / "profile-dom", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = dom.stdout
+    summary = re.search(r'<div class="banner fail" id="gate-status">([^<]*)</div>', text)
+    assert summary, "regression summary banner missing from the rendered DOM"
+    assert f"FAIL ({len(result.failures)} regressions)" in summary.group(1)
+    regressions = text[text.index('id="regressions"'):text.index('id="tables"')]
+    assert "WORSE_ACCURACY" in regressions and "SLOWER" in regressions
+    assert text.count("<table") >= 3  # regressions, one matrix, crossover
+    assert "fastest correct path" in text
+    assert text.count("<svg") == 5 and text.count("</svg>") == 5
+    assert "TFLOPS" in text and "roofline" in text
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "html_report.png"
+    if shot.exists():
+        shot.unlink()
+    run = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1400,4000",
+               "--hide-scrollbars", url)
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (1400, 4000)
+    assert len(data) > 50_000  # a blank page compresses to a few KB
+    shutil.copy(html_path, ARTIFACTS / "html_report.html")
