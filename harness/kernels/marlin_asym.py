@@ -1,0 +1,166 @@
+"""Path ``marlin_asym``: unmodified symmetric Marlin + TinyLoop's asymmetric correction.
+
+C = Marlin(A, W_implied) + a_group_sum(A) @ delta, delta = W_asym - W_implied per
+(group, column), W_implied being the provider's own dequantization
+(``harness.kernels.marlin_providers``). ``marlin_mm_asymmetric`` zeroes C, runs Marlin,
+then the two correction kernels (``csrc/correction.cu``), and returns Marlin's status;
+the correction is skipped when it is non-zero and ``run`` raises ``KernelReturnCode``.
+
+Provider ``quanto`` (default; ``$HARNESS_MARLIN_PROVIDER=upstream`` picks the other): we
+compile quanto's ``marlin_cuda_kernel.cu`` ourselves and call its C entry ``marlin_cuda``
+through a small binding, because quanto's public op ``torch.ops.quanto.gemm_f16i4_marlin``
+raises on a non-zero status instead of returning it, and the dispatcher needs the status
+(rc 2 is how the missing per-row -1 translation showed up in TinyLoop). Compiling just the
+Marlin file with our sources takes ~25 s on an H200 host (measured: 24.3 s / 24.8 s, whole
+harness extension, sm_90) instead of quanto's whole extension (~93 s), and never writes into
+quanto's package folder.
+
+On a CPU the path is an emulation, labelled as such: the packed weight is unpacked into
+W_implied (float64, at prepare), C = A @ W_implied + the Python correction.
+
+Test-only hooks (never set them outside tests; ``planted_defect`` restores them):
+  * ``TEST_DEFECT``: None, "delta_wrong_sign" (the correction uses -delta) or
+    "correction_twice" (the correction is applied two times).
+  * ``CORRECTION_FLAGS``: passed as ``flags`` to the CUDA correction (bit 0 fp16
+    accumulation, bit 1 skip the last 128-column tile, bit 2 do not regrow the scratch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from harness.cases.data import QuantizedWeight
+
+from .base import PATHS, GemmPath, KernelReturnCode, Prepared
+from .build import extension
+from .marlin_pack import MarlinPack, marlin_groupsize, marlin_pack_asymmetric
+from .marlin_providers import DEFAULT_MAX_PAR, get_provider, rc_meaning, workspace_entries
+from .reference import apply_marlin_correction, implied_weight
+
+DEFECTS = (None, "delta_wrong_sign", "correction_twice")
+TEST_DEFECT: str | None = None
+CORRECTION_FLAGS: int = 0
+
+
+@contextmanager
+def planted_defect(defect: str | None = None, flags: int = 0) -> Iterator[None]:
+    """Test-only: plant ``defect`` (see ``DEFECTS``) and/or CUDA correction ``flags``."""
+    global TEST_DEFECT, CORRECTION_FLAGS
+    if defect not in DEFECTS:
+        raise ValueError(f"defect: {defect!r} is not one of {DEFECTS}")
+    saved = TEST_DEFECT, CORRECTION_FLAGS
+    TEST_DEFECT, CORRECTION_FLAGS = defect, int(flags)
+    try:
+        yield
+    finally:
+        TEST_DEFECT, CORRECTION_FLAGS = saved
+
+
+def new_workspace(N: int, device: torch.device, max_par: int = DEFAULT_MAX_PAR) -> torch.Tensor:
+    """Marlin's lock workspace: int32 zeros of N / 128 * max_par (Marlin leaves it zeroed)."""
+    return torch.zeros(max(1, workspace_entries(N, max_par)), dtype=torch.int32, device=device)
+
+
+def marlin_mm_asymmetric(A: torch.Tensor, pack: MarlinPack, C: torch.Tensor,
+                         workspace: torch.Tensor, provider: str | None = None,
+                         groupsize: int | None = None, max_par: int = DEFAULT_MAX_PAR) -> int:
+    """Zero C, Marlin, then the correction (skipped when rc != 0). Returns Marlin's rc.
+
+    ``groupsize`` defaults to ``pack.marlin_groupsize`` (-1 for per-row weights); passing
+    the weight's own group size for a per-row weight reproduces TinyLoop's first defect.
+    """
+    prov = get_provider(provider)
+    gs = pack.marlin_groupsize if groupsize is None else groupsize
+    delta = -pack.delta if TEST_DEFECT == "delta_wrong_sign" else pack.delta
+    flags = CORRECTION_FLAGS
+    ext = extension()
+    if prov.name == "quanto":
+        sz = pack.sz if pack.sz is not None else (pack.scales.float() * -8.0).to(torch.float16)
+        rc = int(ext.marlin_mm_asymmetric(A, pack.B, C, pack.scales, sz, delta, workspace, gs,
+                                          -1, -1, -1, max_par, flags))
+    else:
+        C.zero_()
+        rc = prov.gemm(A, pack, C, workspace, gs, max_par)
+        if rc == 0:
+            ext.apply_correction(A, C, delta, flags)
+    if rc == 0 and TEST_DEFECT == "correction_twice":
+        ext.apply_correction(A, C, delta, flags)
+    return rc
+
+
+def emulate_asymmetric(A: torch.Tensor, W_implied: torch.Tensor, pack: MarlinPack) -> torch.Tensor:
+    """CPU emulation in float64: A @ W_implied + the Python correction (hooks honoured)."""
+    delta = -pack.delta if TEST_DEFECT == "delta_wrong_sign" else pack.delta
+    C = apply_marlin_correction(A.double() @ W_implied, A, delta, pack.group_size)
+    if TEST_DEFECT == "correction_twice":
+        C = apply_marlin_correction(C, A, delta, pack.group_size)
+    return C
+
+
+class MarlinAsymPath(GemmPath):
+    """Marlin's symmetric kernel + the asymmetric zero-point correction (TinyLoop's path 3)."""
+
+    name = "marlin_asym"
+    role = "path"
+    description = "Marlin symmetric INT4 kernel + a_group_sum/correction_accum correction"
+
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        if device.type == "cpu":
+            return None
+        return get_provider().unavailable_reason(device)
+
+    def implementation(self, device: torch.device) -> str:
+        if device.type == "cpu":
+            return "CPU emulation: float64 A @ W_implied (unpacked Marlin pack) + Python correction; not Marlin"
+        prov = get_provider()
+        cap = ""
+        if device.type == "cuda" and torch.cuda.is_available():
+            major, minor = torch.cuda.get_device_capability(device)
+            cap = f" on SM {major}.{minor}"
+            if (major, minor) not in ((8, 0), (8, 6), (8, 9)):
+                cap += " (outside TinyLoop's Marlin list 8.0/8.6/8.9: measured by the harness only)"
+        return (f"Marlin via provider {prov.name} ({prov.description}) + harness correction kernels"
+                f"; grouped formula {prov.formula(128)}, per-column {prov.formula(-1)}{cap}")
+
+    def prepare(self, weight: QuantizedWeight, device: torch.device) -> Prepared:
+        weight = weight.to(device)
+        prov = get_provider()
+        gs = marlin_groupsize(weight.group_size, weight.K)
+        pack = marlin_pack_asymmetric(weight, formula=prov.formula(gs))
+        state: dict = {"pack": pack, "groupsize": gs, "provider": prov.name}
+        if device.type == "cpu":
+            state["W_implied"] = implied_weight(pack)
+            extra = pack.nbytes()
+            notes = "CPU emulation of Marlin + correction"
+        else:
+            state["workspace"] = new_workspace(weight.N, device)
+            extra = pack.nbytes() + state["workspace"].numel() * 4
+            notes = f"provider {prov.name}; formula {pack.formula}; marlin groupsize {gs}"
+        return Prepared(self.name, weight, device, state=state, extra_bytes=extra, notes=notes)
+
+    def run(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        st = prepared.state
+        if prepared.device.type == "cpu":
+            out.copy_(emulate_asymmetric(A, st["W_implied"], st["pack"]))
+            return out
+        rc = marlin_mm_asymmetric(A, st["pack"], out, st["workspace"], st["provider"], st["groupsize"])
+        if rc != 0:
+            raise KernelReturnCode(self.name, rc, rc_meaning(rc))
+        return out
+
+    def run_marlin_only(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """Marlin's symmetric GEMM alone (no zeroing, no correction): for timing the overhead."""
+        st = prepared.state
+        if prepared.device.type == "cpu":
+            out.copy_(A.double() @ st["W_implied"])
+            return out
+        rc = get_provider(st["provider"]).gemm(A, st["pack"], out, st["workspace"], st["groupsize"])
+        if rc != 0:
+            raise KernelReturnCode(self.name, rc, rc_meaning(rc))
+        return out
+
+
+PATH = PATHS.register(MarlinAsymPath())
