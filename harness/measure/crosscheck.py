@@ -1,0 +1,131 @@
+"""Cross-check the harness's timings against an independent timer: torch.profiler (CUPTI).
+
+For each (case, path): the harness's ``cold`` and ``graph`` medians (CUDA events), then a
+few more cold batches under ``torch.profiler`` whose device activity (kernels, memsets,
+memcpys, from the exported trace) is summed and divided by the number of calls. When the
+GPU is the bottleneck (no idle gaps between launches) the cold median and the kernel sum
+agree; where they differ, the difference is launch gaps (the cold median includes them,
+the kernel sum does not; graph mode removes most of them).
+
+    python -m harness.measure.crosscheck --matrix production \
+        --filter "M == 1024 and N == 8192" --paths fp16_cache,marlin_asym
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .timing import StopRule, time_batches
+
+DEVICE_CATS = ("kernel", "gpu_memset", "gpu_memcpy")
+
+
+@dataclass(frozen=True)
+class CrossCheck:
+    case_id: str
+    path: str
+    cold_us: float
+    graph_us: float
+    profiler_us: float          # summed device activity per call under torch.profiler
+    kernels_per_call: float
+    calls: int
+
+    @property
+    def cold_vs_profiler(self) -> float:
+        return self.cold_us / self.profiler_us - 1.0
+
+    @property
+    def graph_vs_profiler(self) -> float:
+        return self.graph_us / self.profiler_us - 1.0
+
+
+def device_time_us(trace_path: str) -> tuple[float, int]:
+    """(summed duration in us, count) of device activity events in a chrome trace."""
+    with open(trace_path, encoding="utf-8") as fh:
+        events = json.load(fh).get("traceEvents", [])
+    dev = [e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS]
+    return float(sum(float(e.get("dur", 0.0)) for e in dev)), len(dev)
+
+
+def crosscheck(case, path, device, settings, batches: int = 20) -> CrossCheck:
+    """Event-timed cold and graph medians and the profiler's device time for one (case, path)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .single import setup_timing
+
+    rule = StopRule.from_settings(settings)
+    cold = setup_timing(case, path, device, "cold")
+    cold_res = time_batches(cold.timer, rule, mode="cold")
+    graph = setup_timing(case, path, device, "graph")
+    graph_res = time_batches(graph.timer, rule, mode="graph")
+    graph.close()
+    cold.batch()
+    torch.cuda.synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(batches):
+            cold.batch()
+        torch.cuda.synchronize(device)
+    fd, trace = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(trace)
+        total_us, n = device_time_us(trace)
+    finally:
+        os.unlink(trace)
+    calls = batches * cold.calls
+    return CrossCheck(case.id, path.name, cold_res.stats.median, graph_res.stats.median,
+                      total_us / calls, n / calls, cold.calls)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from harness.cases import MATRICES
+    from harness.config import load_settings
+    from harness.kernels.base import PATHS
+    from harness.kernels.registry_load import load_all
+
+    ap = argparse.ArgumentParser(prog="python -m harness.measure.crosscheck", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--matrix", default="production")
+    ap.add_argument("--filter", default=None)
+    ap.add_argument("--paths", default="")
+    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--json", default=None, help="also write the results here")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("crosscheck: no CUDA GPU is visible; nothing to cross-check")
+        return 0
+    load_all()
+    device = torch.device("cuda", torch.cuda.current_device())
+    settings = load_settings()
+    names = [p for p in args.paths.split(",") if p] or PATHS.names()
+    results = []
+    print(f"{'case':28s} {'path':18s} {'cold us':>9s} {'graph us':>9s} {'profiler':>9s} "
+          f"{'cold/prof':>9s} {'graph/prof':>10s} {'kern/call':>9s}")
+    for case in MATRICES.cases(args.matrix, args.filter):
+        for name in names:
+            path = PATHS.get(name)
+            if path.unavailable_reason(device):
+                continue
+            try:
+                r = crosscheck(case, path, device, settings, args.batches)
+            except Exception as exc:
+                print(f"{case.id:28s} {name:18s} error: {type(exc).__name__}: {exc}"[:200])
+                continue
+            results.append(r)
+            print(f"{r.case_id:28s} {r.path:18s} {r.cold_us:9.2f} {r.graph_us:9.2f} "
+                  f"{r.profiler_us:9.2f} {r.cold_vs_profiler:+9.2%} {r.graph_vs_profiler:+10.2%} "
+                  f"{r.kernels_per_call:9.1f}", flush=True)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as fh:
+            json.dump([asdict(r) for r in results], fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,173 @@
+"""The environment a run was measured in, the arch label, and the SM clock (NVML).
+
+``environment(device)`` returns a flat dict (GPU name, compute capability, driver, CUDA,
+torch, optimum-quanto version, git commit with '-dirty', python, hostname) written into
+every run's metadata JSON (keys named as ``harness.reports.environment.Environment``'s
+fields: gpu_name, compute_capability, driver, cuda, torch, quanto, commit, python, host,
+platform, date; the rest land in its ``extra``) and into pytest-benchmark's machine_info.
+Missing facts are ``None`` with the reason under ``notes``; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import socket
+import subprocess
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+
+def git_commit(repo: str | Path | None = None) -> str:
+    """Short commit of ``repo`` (default: this checkout) + '-dirty' when files changed.
+
+    'unknown' outside a git checkout (e.g. an installed wheel).
+    """
+    cwd = Path(repo) if repo else Path(__file__).resolve().parents[2]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd,
+                             capture_output=True, text=True, timeout=10)
+        if sha.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=cwd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def arch_label(device: torch.device | str) -> str:
+    """'smXY' from the device's compute capability, or 'cpu'."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return "cpu"
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# ----------------------------------------------------------------------------- NVML
+_NVML_STATE: dict = {}
+
+
+def _nvml():
+    """The pynvml module, initialised once, or raise ImportError/RuntimeError with why."""
+    if "mod" in _NVML_STATE:
+        return _NVML_STATE["mod"]
+    if "error" in _NVML_STATE:
+        raise RuntimeError(_NVML_STATE["error"])
+    try:
+        import pynvml
+    except ImportError:
+        _NVML_STATE["error"] = "pynvml (nvidia-ml-py) is not installed"
+        raise RuntimeError(_NVML_STATE["error"]) from None
+    try:
+        pynvml.nvmlInit()
+    except Exception as exc:  # pynvml raises its own NVMLError subclasses
+        _NVML_STATE["error"] = f"nvmlInit failed: {exc}"
+        raise RuntimeError(_NVML_STATE["error"]) from None
+    _NVML_STATE["mod"] = pynvml
+    return pynvml
+
+
+def _nvml_handle(device: torch.device):
+    nv = _nvml()
+    props = torch.cuda.get_device_properties(device)
+    bus = getattr(props, "pci_bus_id", None)
+    if bus is not None:                       # robust to CUDA_VISIBLE_DEVICES reordering
+        dom, dev = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
+        try:
+            return nv.nvmlDeviceGetHandleByPciBusId(f"{dom:08x}:{bus:02x}:{dev:02x}.0".encode())
+        except Exception:  # fall back to the index
+            pass
+    return nv.nvmlDeviceGetHandleByIndex(device.index or 0)
+
+
+def sm_clock_reader(device: torch.device | str):
+    """A function returning (current SM clock MHz, note); (NaN, reason) when unreadable."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    try:
+        nv = _nvml()
+        handle = _nvml_handle(device)
+    except Exception as exc:
+        reason = f"SM clock not recorded: {exc}"
+        return lambda: (math.nan, reason)
+
+    def read() -> tuple[float, str]:
+        try:
+            return float(nv.nvmlDeviceGetClockInfo(handle, nv.NVML_CLOCK_SM)), ""
+        except Exception as exc:
+            return math.nan, f"SM clock not recorded: {exc}"
+
+    return read
+
+
+def _driver_version() -> tuple[str | None, str]:
+    try:
+        nv = _nvml()
+        v = nv.nvmlSystemGetDriverVersion()
+        return (v.decode() if isinstance(v, bytes) else str(v)), ""
+    except Exception as exc:
+        nvml_note = str(exc)
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip().splitlines()[0], ""
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return None, f"driver version unknown ({nvml_note}; nvidia-smi unavailable)"
+
+
+def environment(device: torch.device | str) -> dict:
+    """Flat, JSON-ready description of the machine and software a run measured."""
+    device = torch.device(device)
+    notes = []
+    env = {
+        "arch": arch_label(device),
+        "device_type": device.type,
+        "gpu_name": None,
+        "compute_capability": None,
+        "driver": None,
+        "cuda": torch.version.cuda,
+        "torch": torch.__version__,
+        "quanto": _version("optimum-quanto"),
+        "harness": _version("int4-gemm-harness"),
+        "numpy": _version("numpy"),
+        "commit": git_commit(),
+        "python": platform.python_version(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "cpu": platform.processor() or platform.machine(),
+    }
+    if env["quanto"] is None:
+        notes.append("optimum-quanto is not installed")
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        env["gpu_name"] = props.name
+        env["compute_capability"] = f"{props.major}.{props.minor}"
+        env["sm_count"] = props.multi_processor_count
+        env["l2_cache_bytes"] = int(props.L2_cache_size)
+        env["total_memory_bytes"] = int(props.total_memory)
+        env["driver"], note = _driver_version()
+        if note:
+            notes.append(note)
+        reader = sm_clock_reader(device)
+        mhz, note = reader() if reader else (math.nan, "")
+        env["sm_clock_mhz_at_start"] = None if math.isnan(mhz) else mhz
+        if note:
+            notes.append(note)
+    env["date"] = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+    env["notes"] = "; ".join(notes)
+    return env

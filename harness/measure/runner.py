@@ -1,0 +1,383 @@
+"""The runner: cases x paths x modes -> ``ResultRow``s, written to disk one by one.
+
+Per (case, path), in this order (nothing inside a timing but the path's ``run``):
+ 1. ``unavailable_reason(device)`` -> every mode's row ``unavailable`` with the reason.
+ 2. The dispatcher model's decision for the case (``dispatch_path``, ``fallback_reason``).
+ 3. ``prepare`` (load time: ``prepare_seconds``, ``extra_bytes``).
+ 4. Accuracy, once: the output is poisoned with NaN, the path runs once, the result is
+    compared with ``reference_fp64`` (ULPs in the path's output dtype). Non-finite output
+    (an unwritten element, a NaN) is an ``error``.
+ 5. Timing per mode (``harness.measure.timing``) over rotated operand copies
+    (``harness.measure.rotation``); for a path exposing ``run_marlin_only`` the Marlin-only
+    time and the correction's overhead are timed the same way.
+ 6. A re-check on FRESH activations after timing (poisoned output again): a path that
+    caches its output, or whose state the timing loop corrupted, is an ``error``.
+ 7. Roofline; a time below the datasheet floor -> ``rejected``.
+A path that declines the case in ``prepare`` (``harness.kernels.dispatch.UnsupportedCase``,
+e.g. the fused-zero Marlin on a per-row weight) gives ``unavailable`` rows with its reason.
+Exceptions (``KernelReturnCode``, CUDA out-of-memory, anything else) make that (case,
+path)'s rows (or that mode's row) ``error`` with the reason; memory is freed and the sweep
+goes on. Rows go through ``writer.write`` (the store's append-and-fsync writer) as soon as
+a (case, path) is done; keys in ``writer.done_keys`` are skipped (``--resume``).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from harness.cases.case import GemmCase
+from harness.cases.data import case_data, generate_activations
+from harness.kernels.base import PATHS, GemmPath, KernelReturnCode, PathRegistry
+from harness.kernels.reference import reference_fp64
+from harness.reports.schema import ResultRow
+
+from .accuracy import accuracy_stats
+from .ceilings import Ceilings, l2_cache_bytes
+from .envinfo import sm_clock_reader
+from .roofline import Peaks, bytes_moved, datasheet_peaks, roofline
+from .rotation import build_operands, plan_copies, prepared_nbytes
+from .timing import StopRule, TimingResult, choose_calls, make_timer, time_batches
+
+#: Seed offset of the fresh activations used for the post-timing re-check.
+FRESH_SEED_OFFSET = 7919
+#: A batch lasts at least this long, so the latency before its first kernel starts (an
+#: eager launch from Python ~10-20 us, a graph launch ~5-10 us; measured on an H200 as
+#: the gap between event time and profiler kernel time at R = 4) is amortised to <~1%.
+MIN_BATCH_US = {"cold": 2000.0, "graph": 1000.0, "cpu": 1000.0}
+DEFAULT_ULP_BUDGET = 2.0
+
+
+class CheckFailed(RuntimeError):
+    """An accuracy or integrity check the runner makes itself failed (one-line reason)."""
+
+
+@dataclass
+class RunContext:
+    """Everything a sweep needs besides the cases; built by the CLI (or a test)."""
+
+    matrix: str
+    device: torch.device
+    settings: object                      # harness.config.Settings (duck-typed)
+    modes: tuple[str, ...]
+    commit: str = ""
+    arch: str = ""
+    device_name: str = ""
+    ceilings: Ceilings | None = None
+    registry: PathRegistry = field(default_factory=lambda: PATHS)
+    max_copies: int = 1024
+    mem_budget_bytes: int | None = None
+    notes: dict[str, str] = field(default_factory=dict)   # "case|path|mode" -> note
+
+    @property
+    def measured(self) -> Peaks | None:
+        return self.ceilings.peaks() if self.ceilings else None
+
+    @property
+    def maxima(self) -> Peaks | None:
+        """Datasheet maxima for the impossible-time check (GPU only: CPU data sits in cache)."""
+        if self.device.type != "cuda":
+            return None
+        return datasheet_peaks(self.device_name, self.measured)
+
+
+# ----------------------------------------------------------------------------- helpers
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def describe_error(exc: BaseException) -> str:
+    """One line for the ``error`` column."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return "CUDA out of memory: " + str(exc).splitlines()[0][:200]
+    if isinstance(exc, (KernelReturnCode, CheckFailed)):
+        return str(exc)
+    text = " ".join(str(exc).split())[:300]
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def ulp_dtype(dtype: torch.dtype) -> str:
+    return "bfloat16" if dtype == torch.bfloat16 else "float16"
+
+
+def dispatch_decision(case: GemmCase, device: torch.device) -> tuple[str, str]:
+    """(dispatch_path, fallback_reason) from ``harness.kernels.dispatch``; ("", why) if absent."""
+    try:
+        from harness.kernels import dispatch
+    except ImportError as exc:
+        return "", f"dispatcher model unavailable ({exc})"
+    decide = getattr(dispatch, "decide_for_case", None)
+    if decide is None:
+        return "", "dispatcher model has no decide_for_case()"
+    d = decide(case, device)
+    return str(getattr(d, "path", "")), str(getattr(d, "fallback_reason", "") or "")
+
+
+def _poisoned(M: int, N: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.full((M, N), float("nan"), dtype=dtype, device=device)
+
+
+def _nonfinite_message(acc, what: str) -> str:
+    return (f"{what}: {acc.nonfinite} of {acc.n} output elements are non-finite "
+            "(the output was NaN-poisoned before the run: unwritten or NaN)")
+
+
+# ----------------------------------------------------------------------------- the runner
+class Runner:
+    """Runs a list of cases through paths and modes; see the module docstring."""
+
+    def __init__(self, ctx: RunContext, writer=None, progress: bool = False) -> None:
+        self.ctx = ctx
+        self.writer = writer
+        self.progress = progress
+        self.rows: list[ResultRow] = []
+        self._fresh = None
+        rule = StopRule.from_settings(ctx.settings)
+        self.rule = rule
+        self.read_clock = sm_clock_reader(ctx.device)
+        self.l2 = l2_cache_bytes(ctx.device)
+        self.budget = float(getattr(ctx.settings, "ulp_budget", DEFAULT_ULP_BUDGET))
+        self.rel_gate = float(getattr(ctx.settings, "rel_err_gate", 1e-3))
+
+    # -- bookkeeping -----------------------------------------------------------------
+    def _done(self) -> frozenset:
+        return getattr(self.writer, "done_keys", frozenset()) if self.writer else frozenset()
+
+    def _emit(self, row: ResultRow) -> None:
+        if self.writer is not None:
+            self.writer.write(row)
+        self.rows.append(row)
+
+    def _base_row(self, case: GemmCase, path: GemmPath, mode: str) -> ResultRow:
+        ctx = self.ctx
+        try:
+            impl = path.implementation(ctx.device)
+        except Exception as exc:  # a broken implementation() must not stop the sweep
+            impl = f"implementation() failed: {describe_error(exc)}"
+        return ResultRow(
+            matrix=ctx.matrix, case_id=case.id, path=path.name, mode=mode, M=case.M, N=case.N,
+            K=case.K, group_size=case.group_size, seed=case.seed, kind=case.kind,
+            tags=";".join(case.tags), role=path.role, implementation=impl, arch=ctx.arch,
+            device_name=ctx.device_name, commit=ctx.commit,
+        )
+
+    def _note(self, case: GemmCase, path: str, mode: str, text: str) -> None:
+        if text:
+            key = f"{case.id}|{path}|{mode}"
+            prev = self.ctx.notes.get(key)
+            self.ctx.notes[key] = f"{prev}; {text}" if prev else text
+
+    # -- the sweep -------------------------------------------------------------------
+    def run(self, cases: Sequence[GemmCase],
+            path_names: Sequence[str] | None = None) -> list[ResultRow]:
+        """Measure every (case, path, mode) not already done; returns this call's rows."""
+        paths = self.ctx.registry.select(list(path_names) if path_names else None)
+        done = self._done()
+        bar = None
+        if self.progress:
+            import sys
+
+            from tqdm import tqdm
+            bar = tqdm(total=len(cases) * len(paths), unit="case x path", dynamic_ncols=True,
+                       mininterval=0.2 if sys.stderr.isatty() else 10.0)
+        try:
+            for case in cases:
+                todo = [p for p in paths
+                        if any((case.id, p.name, m) not in done for m in self.ctx.modes)]
+                if todo:
+                    self._run_case(case, todo, done, bar)
+                if bar is not None:
+                    bar.update(len(paths) - len(todo))
+        finally:
+            if bar is not None:
+                bar.close()
+        return self.rows
+
+    def _run_case(self, case: GemmCase, paths: list[GemmPath], done: frozenset, bar) -> None:
+        device = self.ctx.device
+        dispatch_path, fallback = dispatch_decision(case, device)
+        data = ref = None
+        self._fresh = None                        # (A16, ref) on fresh inputs, per case
+        for path in paths:
+            modes = [m for m in self.ctx.modes if (case.id, path.name, m) not in done]
+            if bar is not None:
+                bar.set_postfix_str(f"{case.id} {path.name}", refresh=False)
+            base = {m: replace(self._base_row(case, path, m), dispatch_path=dispatch_path,
+                               fallback_reason=fallback) for m in modes}
+            reason = self._unavailable(case, path)
+            if reason:
+                for m in modes:
+                    self._emit(replace(base[m], status="unavailable", error=reason))
+            else:
+                if data is None:
+                    data = case_data(case)
+                    ref = reference_fp64(data.A.to(device), data.weight)
+                rows = self._measure_path(case, path, modes, base, data, ref)
+                for row in rows:
+                    self._emit(row)
+                if any(r.status == "error" for r in rows):
+                    _free(device)                 # after an OOM or a failed capture only
+            if bar is not None:
+                bar.update(1)
+
+    def _unavailable(self, case: GemmCase, path: GemmPath) -> str | None:
+        if case.kind != "gemm":
+            return f"case kind {case.kind!r} is not measured by the GEMM runner"
+        try:
+            return path.unavailable_reason(self.ctx.device)
+        except Exception as exc:
+            return f"unavailable_reason() failed: {describe_error(exc)}"
+
+    # -- one (case, path) ------------------------------------------------------------
+    def _measure_path(self, case, path, modes, base, data, ref) -> list[ResultRow]:
+        device = self.ctx.device
+        try:
+            prepared = path.prepare_timed(data.weight.to(device), device)
+            load = {"prepare_seconds": prepared.prepare_seconds, "extra_bytes": prepared.extra_bytes}
+            base = {m: replace(r, **load) for m, r in base.items()}
+            A = data.A.to(device=device, dtype=prepared.input_dtype)
+            dtype = ulp_dtype(prepared.output_dtype)
+            out = _poisoned(case.M, case.N, prepared.output_dtype, device)
+            path.run(prepared, A, out)
+            _sync(device)
+            acc = accuracy_stats(out, ref, self.budget, dtype)
+            del out
+            base = {m: replace(r, **_accuracy_fields(acc)) for m, r in base.items()}
+            if acc.nonfinite:
+                raise CheckFailed(_nonfinite_message(acc, "first run"))
+            plan = self._plan(case, path.name, prepared)
+            ops = build_operands(prepared, A, plan.copies)
+        except Exception as exc:
+            _free(device)
+            status = "unavailable" if _is_unsupported_case(exc) else "error"
+            return [replace(r, status=status, error=describe_error(exc)) for r in base.values()]
+
+        rows = []
+        for m in modes:
+            if plan.note and m != "cpu":
+                self._note(case, path.name, m, plan.note)
+            rows.append(self._time_mode(case, path, m, base[m], ops, plan))
+        try:
+            self._fresh_check(case, path, ops.prepared[0], acc)
+        except Exception as exc:
+            why = "re-check on fresh inputs after timing: " + describe_error(exc)
+            rows = [replace(r, status="error", error=why) if r.status == "ok" else r for r in rows]
+        del ops, prepared
+        return rows
+
+    def _plan(self, case, path_name, prepared):
+        if self.ctx.device.type != "cuda":
+            return plan_copies(bytes_moved(path_name, case).total, 0)
+        per_call = bytes_moved(path_name, case).total
+        mem = prepared_nbytes(prepared) + case.M * (case.K + case.N) * 2
+        return plan_copies(per_call, self.l2, max_copies=self.ctx.max_copies,
+                           mem_budget_bytes=self.ctx.mem_budget_bytes, mem_per_copy=mem)
+
+    def _calls(self, mode: str, step, copies: int) -> int:
+        """R for this (case, path): a pilot of one eager batch over every copy."""
+        pilot = make_timer("cpu" if mode == "cpu" else "cold", step, copies, self.ctx.device)
+        pilot()                                   # warm (module load, first-call work)
+        per_call = max(pilot(), 1e-3)
+        return choose_calls(per_call, copies, MIN_BATCH_US[mode])
+
+    def _timed(self, mode: str, step, calls: int) -> TimingResult:
+        timer = make_timer(mode, step, calls, self.ctx.device)
+        try:
+            return time_batches(timer, self.rule, self.read_clock if mode != "cpu" else None,
+                                calls_per_batch=calls, mode=mode)
+        finally:
+            close = getattr(timer, "close", None)
+            if close:
+                close()
+
+    def _time_mode(self, case, path, mode, row, ops, plan) -> ResultRow:
+        try:
+            step = ops.step_fn(path.run)
+            calls = self._calls(mode, step, ops.copies)
+            res = self._timed(mode, step, calls)
+            row = _with_timing(row, res)
+            self._note(case, path.name, mode, f"{res.stop_reason} after {res.stats.n} samples "
+                       f"of {calls} calls over {ops.copies} copies" + (f"; {res.notes}" if res.notes else ""))
+            marlin_only = getattr(path, "run_marlin_only", None)
+            if marlin_only is not None and mode != "cpu":
+                mres = self._timed(mode, ops.step_fn(marlin_only), calls)
+                t_m = mres.stats.median
+                row = replace(row, marlin_only_us=t_m,
+                              correction_overhead_pct=(res.stats.median / t_m - 1.0) * 100.0)
+        except Exception as exc:
+            _sync_quietly(self.ctx.device)
+            return replace(row, status="error", error=f"{mode} timing: {describe_error(exc)}")
+        rl = roofline(case, path.name, row.time_us_median, self.ctx.measured, self.ctx.maxima,
+                      l2_cold=plan.l2_cold)
+        row = replace(row, tflops=rl.tflops, gbps=rl.gbps, bytes_moved=rl.bytes_moved,
+                      roofline_floor_us=rl.floor_us, pct_roofline=rl.pct_roofline)
+        if rl.rejected_reason:
+            row = replace(row, status="rejected", error="impossible time (measurement error): "
+                          + rl.rejected_reason)
+        return row
+
+    def _fresh_check(self, case, path, prepared, first) -> None:
+        device = self.ctx.device
+        if self._fresh is None:
+            A16 = generate_activations(case.M, case.K, case.seed + FRESH_SEED_OFFSET).to(device)
+            self._fresh = (A16, reference_fp64(A16, prepared.weight))
+        A16, ref = self._fresh
+        out = _poisoned(case.M, case.N, prepared.output_dtype, device)
+        path.run(prepared, A16.to(prepared.input_dtype), out)
+        _sync(device)
+        # On the device, in float64: only non-finite elements and rel_err are needed here.
+        o = out.double()
+        bad = int((~torch.isfinite(o)).sum())
+        if bad:
+            raise CheckFailed(f"fresh inputs: {bad} of {o.numel()} output elements are non-finite "
+                              "(the output was NaN-poisoned before the run: unwritten or NaN)")
+        den = float(ref.abs().mean())
+        rel = float((o - ref).abs().mean()) / den if den else float((o - ref).abs().max())
+        limit = max(4.0 * first.rel_err, self.rel_gate)
+        if not rel <= limit:
+            raise CheckFailed(f"rel_err {rel:.3g} on fresh inputs vs {first.rel_err:.3g} "
+                              "on the first inputs (does the path cache its output?)")
+
+
+def _is_unsupported_case(exc: BaseException) -> bool:
+    """A path declining this particular case in ``prepare`` (``dispatch.UnsupportedCase``)."""
+    try:
+        from harness.kernels.dispatch import UnsupportedCase
+    except ImportError:
+        return False
+    return isinstance(exc, UnsupportedCase)
+
+
+def _sync_quietly(device: torch.device) -> None:
+    try:
+        _sync(device)
+    except Exception:
+        pass
+    _free(device)
+
+
+def _accuracy_fields(acc) -> dict:
+    return dict(rel_err=acc.rel_err, rel_fro_err=acc.rel_fro_err, max_ulp=acc.max_ulp,
+                p99_ulp=acc.p99_ulp, mean_ulp=acc.mean_ulp,
+                frac_ulp_over_budget=acc.frac_over_budget, nonfinite=acc.nonfinite)
+
+
+def _with_timing(row: ResultRow, res: TimingResult) -> ResultRow:
+    s = res.stats
+    return replace(
+        row, time_us_median=s.median, time_us_iqr=s.iqr, time_us_ci_lo=s.ci_lo,
+        time_us_ci_hi=s.ci_hi, n_samples=s.n,
+        samples_us=";".join(f"{x:.4f}" for x in res.samples_kept),
+        clock_start_mhz=res.clock_start_mhz, clock_end_mhz=res.clock_end_mhz,
+        clock_dropped=res.clock_dropped,
+    )
