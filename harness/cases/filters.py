@@ -92,7 +92,7 @@ def _interpret(node: ast.AST, case: GemmCase):
         return (not v) if isinstance(node.op, ast.Not) else -v
     if isinstance(node, ast.Compare):
         left = _interpret(node.left, case)
-        for op, comp in zip(node.ops, node.comparators):
+        for op, comp in zip(node.ops, node.comparators, strict=True):
             right = _interpret(comp, case)
             if not _CMP[type(op)](left, right):
                 return False

@@ -19,7 +19,7 @@ pair moves two weights, one A and one C.
 
 Roofline: TFLOPS = 2MNK / t, GB/s = bytes / t, t_floor = max(flops / peak_flops,
 bytes / bandwidth) with the ceilings MEASURED at the start of the run, pct_roofline =
-t_floor / t. A measured time below the floor computed with the DATASHEET maxima
+100 * t_floor / t (percent). A measured time below the floor computed with the DATASHEET maxima
 (``DATASHEET``; unknown GPUs: measured x 1.15) is physically impossible: the row is
 ``rejected`` (a measurement error), never a record. The bandwidth half of that check
 applies only when the timed working set exceeded 3 x L2 (``l2_cold``): otherwise
@@ -158,6 +158,6 @@ def roofline(case: GemmCase, path: str, time_us: float, measured: Peaks | None,
                   f"({which}; {maxima.source}: {maxima.gbps:.0f} GB/s, {maxima.tflops:.0f} TFLOP/s)")
     return Roofline(
         tflops=flops / t / 1e12, gbps=bm.total / t / 1e9, bytes_moved=bm.total,
-        floor_us=floor, pct_roofline=(floor / time_us) if math.isfinite(floor) else math.nan,
+        floor_us=floor, pct_roofline=(100.0 * floor / time_us) if math.isfinite(floor) else math.nan,
         impossible_floor_us=hard, rejected_reason=reason,
     )

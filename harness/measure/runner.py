@@ -32,6 +32,7 @@ import torch
 from harness.cases.case import GemmCase
 from harness.cases.data import case_data, generate_activations
 from harness.kernels.base import PATHS, GemmPath, KernelReturnCode, PathRegistry
+from harness.kernels.bounds import current_per_column_formula, rel_err_bound
 from harness.kernels.reference import reference_fp64
 from harness.reports.schema import ResultRow
 
@@ -252,7 +253,9 @@ class Runner:
             _sync(device)
             acc = accuracy_stats(out, ref, self.budget, dtype)
             del out
-            base = {m: replace(r, **_accuracy_fields(acc)) for m, r in base.items()}
+            bound, why = rel_err_bound(path.name, case.per_row, current_per_column_formula())
+            base = {m: replace(r, **_accuracy_fields(acc), rel_err_bound=bound,
+                               rel_err_bound_reason=why) for m, r in base.items()}
             if acc.nonfinite:
                 raise CheckFailed(_nonfinite_message(acc, "first run"))
             plan = self._plan(case, path.name, prepared)

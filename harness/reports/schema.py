@@ -73,6 +73,8 @@ class ResultRow:
     mean_ulp: float = math.nan
     frac_ulp_over_budget: float = math.nan
     nonfinite: int = 0
+    rel_err_bound: float = math.nan      # the bound this row is held to (harness.kernels.bounds)
+    rel_err_bound_reason: str = ""       # why it differs from the fp16 gate ("" when it does not)
     # Marlin + correction breakdown
     marlin_only_us: float = math.nan
     correction_overhead_pct: float = math.nan

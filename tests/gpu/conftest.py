@@ -52,47 +52,17 @@ def gpu_out_dir(tmp_path_factory) -> Path:
     return path
 
 
-#: The fp16 accuracy gate (mean|C - ref| / mean|ref| against fp64 on the dequantized weight).
-FP16_GATE = 1e-3
-#: bf16 paths (tinygemm): bf16 operands land between 1e-3 and 1e-2; reported, gated loosely.
-BF16_GATE = 1e-2
-#: Marlin's kernel splits K across thread blocks and reduces the partial sums through C in
-#: FP16 ("global_reduce": fp32 adds, fp16 stores), one rounding per block of a column
-#: slice. Measured on an H200 (132 SMs): marlin_asym 4.5e-4 (K=256) .. 1.37e-3 (M31 N1024
-#: K4096), fused-zero 3e-4 .. 7.7e-4, where one rounding of Marlin's output gives 4.9e-4 /
-#: 2.6e-4 (CPU model). The correction amplifies it: |C_marlin| ~ 1.75 |C|. A documented
-#: bound for Marlin paths; cases above the fp16 gate are reported as xfail with the value.
-MARLIN_SPLIT_K_BOUND = 2.5e-3
-#: quanto's per-column Marlin (groupsize -1) computes q * s with UNSHIFTED codes 0..15 and
-#: rounds the sum to fp16 before scaling: |sum a*q| ~ 4 |C|. Measured 1.9e-3 .. 6.6e-3 on
-#: an H200 (CPU model of one rounding: 1.4e-3 .. 2.2e-3; upstream's (q - 8) * s: ~4e-4).
-QUANTO_PER_COLUMN_BOUND = 1.2e-2
+from harness.kernels.bounds import FP16_GATE, current_per_column_formula, rel_err_bound  # noqa: E402
 
 
 def strict_gate_deviation(path_name: str, per_row: bool) -> str | None:
     """Why ``path_name`` may exceed the fp16 gate on this kind of case, or None."""
-    if path_name == "tinygemm":
-        return f"bf16 path: gated at {BF16_GATE:g}, not the fp16 gate"
-    if path_name not in ("marlin_asym", "marlin_fused_zero"):
-        return None
-    if path_name == "marlin_asym" and per_row:
-        from harness.kernels.marlin_providers import get_provider
-
-        if get_provider().formula(-1) == "q_times_s":
-            return ("quanto per-column Marlin accumulates unshifted codes (q*s) and rounds the sum "
-                    f"to fp16 before scaling (bound {QUANTO_PER_COLUMN_BOUND:g})")
-    return ("Marlin's split-K partial sums are reduced through fp16 C (one rounding per block "
-            f"of a slice), amplified by the correction (bound {MARLIN_SPLIT_K_BOUND:g})")
+    return rel_err_bound(path_name, per_row, current_per_column_formula())[1] or None
 
 
 def gate_for(path_name: str, per_row: bool) -> float:
-    """The rel_err bound a path must meet on a case (see ``strict_gate_deviation``)."""
-    why = strict_gate_deviation(path_name, per_row)
-    if why is None:
-        return FP16_GATE
-    if path_name == "tinygemm":
-        return BF16_GATE
-    return QUANTO_PER_COLUMN_BOUND if "per-column" in why else MARLIN_SPLIT_K_BOUND
+    """The rel_err bound a path must meet on a case (harness.kernels.bounds)."""
+    return rel_err_bound(path_name, per_row, current_per_column_formula())[0]
 
 
 def check_gate(acc, path_name: str, per_row: bool) -> None:

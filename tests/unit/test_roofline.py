@@ -46,7 +46,7 @@ def test_roofline_hand_computed():
     rl = roofline(CASE, "marlin_asym", 20.0, measured, None)
     assert rl.floor_us == pytest.approx(max(t_bytes, t_flops))
     assert rl.floor_us == pytest.approx(9.306112)
-    assert rl.pct_roofline == pytest.approx(9.306112 / 20.0)
+    assert rl.pct_roofline == pytest.approx(100 * 9.306112 / 20.0)
     assert rl.tflops == pytest.approx(2 * 16 * 8192 * 8192 / 20e-6 / 1e12)
     assert rl.gbps == pytest.approx(bm / 20e-6 / 1e9)
     assert rl.bytes_moved == bm and rl.rejected_reason == ""
