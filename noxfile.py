@@ -96,6 +96,10 @@ def _bench(session: nox.Session, arch: str | None) -> None:
         session.skip(f"{arch} session, but the visible GPU is sm{cc[0]}{cc[1]} "
                      f"(use `nox -s bench-sm{cc[0]}{cc[1]}`, or `-- --force` to run here and "
                      f"record the real arch)")
+    # The dispatch column models TinyLoop with Marlin dispatch ON (the seed's configuration),
+    # admitting SM 9.0 so Hopper results say what Marlin would do there; override by exporting.
+    session.env.setdefault("TINYLOOP_USE_MARLIN", os.environ.get("TINYLOOP_USE_MARLIN", "1"))
+    session.env.setdefault("HARNESS_MARLIN_SM90", os.environ.get("HARNESS_MARLIN_SM90", "1"))
     args = ["--arch", arch] if arch else []
     session.run("python", "-m", "harness", "bench", *args, *session.posargs)
 

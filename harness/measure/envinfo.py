@@ -11,6 +11,7 @@ Missing facts are ``None`` with the reason under ``notes``; nothing is guessed.
 from __future__ import annotations
 
 import math
+import os
 import platform
 import socket
 import subprocess
@@ -24,8 +25,12 @@ import torch
 def git_commit(repo: str | Path | None = None) -> str:
     """Short commit of ``repo`` (default: this checkout) + '-dirty' when files changed.
 
-    'unknown' outside a git checkout (e.g. an installed wheel).
+    'unknown' outside a git checkout (e.g. an installed wheel). ``$HARNESS_COMMIT``, when
+    set, is used instead: for a copy of a checkout without its .git (a GPU machine that
+    receives only the working tree).
     """
+    if os.environ.get("HARNESS_COMMIT"):
+        return os.environ["HARNESS_COMMIT"]
     cwd = Path(repo) if repo else Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=cwd,
@@ -168,6 +173,9 @@ def environment(device: torch.device | str) -> dict:
         env["sm_clock_mhz_at_start"] = None if math.isnan(mhz) else mhz
         if note:
             notes.append(note)
+    # The dispatcher model's switches change the dispatch_path column: record them.
+    for var in ("TINYLOOP_USE_MARLIN", "HARNESS_MARLIN_SM90", "HARNESS_MARLIN_PROVIDER"):
+        env[var.lower()] = os.environ.get(var, "")
     env["date"] = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     env["notes"] = "; ".join(notes)
     return env
