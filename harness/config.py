@@ -47,6 +47,7 @@ SETTING_TYPES: dict[str, type] = {
     "target_rel_spread": float,
     "min_samples": int,
     "max_samples": int,
+    "gate_eager_speed": int,
 }
 
 _DEFAULT_PRESETS: dict[str, dict[str, float | int]] = {
@@ -54,19 +55,19 @@ _DEFAULT_PRESETS: dict[str, dict[str, float | int]] = {
         "rel_err_gate": 1e-3, "ulp_tolerance": 2.0, "min_effect": 0.03, "alpha": 0.01,
         "noise_margin_floor": 0.01, "ppl_drift_tolerance": 0.01, "warmup_ms": 25.0,
         "max_case_seconds": 2.0, "target_rel_spread": 0.01, "min_samples": 30,
-        "max_samples": 2000,
+        "max_samples": 2000, "gate_eager_speed": 0,
     },
     "strict": {
         "rel_err_gate": 1e-3, "ulp_tolerance": 1.0, "min_effect": 0.02, "alpha": 0.01,
         "noise_margin_floor": 0.005, "ppl_drift_tolerance": 0.005, "warmup_ms": 50.0,
         "max_case_seconds": 4.0, "target_rel_spread": 0.005, "min_samples": 50,
-        "max_samples": 5000,
+        "max_samples": 5000, "gate_eager_speed": 1,
     },
     "permissive": {
         "rel_err_gate": 2e-3, "ulp_tolerance": 4.0, "min_effect": 0.08, "alpha": 0.001,
         "noise_margin_floor": 0.03, "ppl_drift_tolerance": 0.02, "warmup_ms": 10.0,
         "max_case_seconds": 1.0, "target_rel_spread": 0.02, "min_samples": 20,
-        "max_samples": 1000,
+        "max_samples": 1000, "gate_eager_speed": 0,
     },
 }
 _DEFAULT_PRESET_NAME = "default"
@@ -93,6 +94,7 @@ class Settings:
     target_rel_spread: float
     min_samples: int
     max_samples: int
+    gate_eager_speed: int = 0
     source: str = PACKAGED_SOURCE
     overrides: tuple[str, ...] = ()
 

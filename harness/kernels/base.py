@@ -89,6 +89,16 @@ class GemmPath(ABC):
     def run(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """C = A @ W written into ``out`` (every element) and returned."""
 
+    def unsupported_reason(self, case) -> str | None:
+        """None when the path has a kernel for ``case``'s shape; else a one-line reason.
+
+        For shape limits known before the call (e.g. Marlin has no kernel for N % 256 != 0
+        at M > 16): a path forced onto such a case is reported ``unavailable`` with this
+        reason instead of an ERROR. A kernel that returns a failure code on a shape this
+        method accepted is still an ERROR.
+        """
+        return None
+
     def implementation(self, device: torch.device) -> str:
         """What actually runs on ``device`` (shown in result rows)."""
         return self.description

@@ -142,3 +142,19 @@ def get_provider(name: str | None = None) -> MarlinProvider:
         return PROVIDERS[name]
     except KeyError:
         raise ValueError(f"Marlin provider {name!r} is unknown; valid: {', '.join(PROVIDERS)}") from None
+
+
+def marlin_unsupported_reason(M: int, N: int, K: int, group_size: int) -> str | None:
+    """Why Marlin has no kernel for this shape (known before the call), or None.
+
+    Uses the translated group size (per-row -> -1), so a path that forgets the
+    translation still reaches the kernel and gets its real rc=2 (an ERROR, not this).
+    """
+    from .dispatch import expected_marlin_rc, marlin_groupsize_for
+
+    if N % 64 or K % 16:
+        return f"Marlin's layout needs N % 64 == 0 and K % 16 == 0 (N={N}, K={K})"
+    rc = expected_marlin_rc(M, N, K, marlin_groupsize_for(group_size, K))
+    if rc:
+        return f"Marlin has no kernel for this shape: its launcher returns rc={rc} ({rc_meaning(rc)})"
+    return None

@@ -141,6 +141,8 @@ def _accuracy_problems(cur: ResultRow, base: ResultRow | None, s: Settings) -> l
     out = []
     if cur.nonfinite > 0:
         out.append(f"{cur.nonfinite} non-finite outputs")
+    elif cur.kind != "ppl" and not math.isfinite(cur.rel_err):
+        out.append(f"rel_err is {cur.rel_err} (no finite accuracy measurement on an ok row)")
     bound = s.rel_err_gate
     if math.isfinite(cur.rel_err_bound):
         bound = max(bound, cur.rel_err_bound)  # a documented per-path bound (kernels/bounds.py)
@@ -218,10 +220,14 @@ def judge_row(
     found.sort(key=lambda vr: RANK[vr[0]])
     verdict = found[0][0]
     role = ref.role
-    fails = verdict in FAILING and role != "peer"
+    eager_speed_only = (verdict == Verdict.SLOWER and ref.mode in ("cold", "cpu")
+                        and not settings.gate_eager_speed)
+    fails = verdict in FAILING and role != "peer" and not eager_speed_only
     reasons = tuple(r for _, r in found)
     if verdict in FAILING and role == "peer":
         reasons += ("peer row: informational, does not fail the gate",)
+    elif eager_speed_only:
+        reasons += (f"{ref.mode}-mode speed: informational (gate_eager_speed = 0)",)
     if cur is not None and "cur_median_us" not in extra:
         extra["cur_median_us"] = cur.time_us_median
     return RowVerdict(

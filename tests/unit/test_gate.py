@@ -342,3 +342,28 @@ def test_wrong_arch_baseline_is_refused_by_report(tmp_path, base, capsys):
     assert rc == 2
     assert err.count("\n") == 0 and "refusing" in err and "sm89" in err
     assert not (tmp_path / "rep").exists()
+
+
+def test_eager_mode_slowdown_is_informational_unless_the_preset_gates_it():
+    from dataclasses import replace
+
+    from harness.config import load_settings
+    from harness.reports.gate import judge_row
+    from harness.reports.schema import ResultRow
+
+    rng = np.random.default_rng(5)
+
+    def row(mode, scale):
+        s = 100.0 * scale * rng.lognormal(0.0, 0.005, 200)
+        return ResultRow(matrix="m", case_id="M1-N256-K256-g128-s0", path="fp16_cache", mode=mode,
+                         M=1, N=256, K=256, group_size=128, time_us_median=float(np.median(s)),
+                         n_samples=200, samples_us=";".join(f"{x:.4f}" for x in s), rel_err=1e-4)
+
+    default = load_settings("default")
+    for mode in ("cold", "cpu"):
+        v = judge_row(row(mode, 1.10), row(mode, 1.0), default)
+        assert v.verdict.value == "SLOWER" and not v.fails, v
+        assert any("informational" in r for r in v.reasons)
+    assert judge_row(row("graph", 1.10), row("graph", 1.0), default).fails
+    strict = replace(default, gate_eager_speed=1)
+    assert judge_row(row("cold", 1.10), row("cold", 1.0), strict).fails

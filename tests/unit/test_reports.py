@@ -103,7 +103,10 @@ def test_markdown_and_text(gated):
     table = text_table(result, changes_only=True)
     lines = table.splitlines()
     assert not any(line.startswith("SAME") for line in lines) and "FAIL (" in lines[-1]
-    assert sum(1 for line in lines if line.startswith("SLOWER *")) == len(result.of(Verdict.SLOWER))
+    slower = result.of(Verdict.SLOWER)
+    assert sum(1 for line in lines if line.startswith("SLOWER *")) == sum(v.fails for v in slower)
+    # eager ("cold") speed is informational by default (gate_eager_speed = 0); graph fails
+    assert all(v.fails == (v.mode == "graph") for v in slower if v.role == "path")
 
 
 def test_html_is_self_contained_with_regressions_first(gated):
