@@ -102,6 +102,10 @@ def _bench(session: nox.Session, arch: str | None) -> None:
     session.env.setdefault("HARNESS_MARLIN_SM90", os.environ.get("HARNESS_MARLIN_SM90", "1"))
     args = ["--arch", arch] if arch else []
     session.run("python", "-m", "harness", "bench", *args, *session.posargs)
+    if not any(a.startswith(("--matrix", "-m", "--filter", "-f", "--paths")) for a in session.posargs):
+        # perplexity drift rows of the fixture, gated against baselines/<arch>/ppl.csv
+        session.run("python", "-m", "harness", "ppl", "--marlin-sm90", *(
+            ["--overwrite"] if "--overwrite" in session.posargs else []))
 
 
 for _arch in ARCHS:
@@ -124,7 +128,20 @@ def bench(session: nox.Session) -> None:
 def bench_cpu(session: nox.Session) -> None:
     """The CPU paths on the smoke matrix (or the matrix after --), no GPU needed."""
     _cpu_env(session)
-    session.run("harness", "bench", "--cpu", *(session.posargs or ["--matrix", "smoke"]))
+    session.run("harness", "bench", "--cpu", *(session.posargs or ["--matrix", "smoke", "--overwrite"]))
+    if not session.posargs:
+        session.run("harness", "ppl", "--cpu", "--fixture", "g128", "--overwrite")
+
+
+@nox.session(python=False, name="bench-pytest", default=False)
+def bench_pytest(session: nox.Session) -> None:
+    """Benchmark cases as pytest-benchmark tests (device-side times); args go to pytest.
+
+    HARNESS_BENCH_MATRIX picks the matrix (default smoke), e.g.
+    nox -s bench-pytest -- --benchmark-save=base ; later --benchmark-compare --benchmark-compare-fail=median:5%
+    """
+    _active_env(session, need_cuda=False)
+    session.run("python", "-m", "pytest", "tests/bench", *session.posargs)
 
 
 @nox.session(default=False)
