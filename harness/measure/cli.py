@@ -13,6 +13,10 @@ printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -95,6 +99,31 @@ def _load_paths(registry, names: list[str]) -> list[str]:
     return names or registry.names()
 
 
+@contextlib.contextmanager
+def _terminate_cleanly(where: Path):
+    """SIGTERM ends the sweep like Ctrl-C: writers close, locks go, exit 143 with a hint.
+
+    Every finished row is already on disk (fsynced per row) either way; this only makes
+    the exit tidy and says how to complete the run.
+    """
+    hint = f"the finished rows are in {where}; run the same command with --resume to complete it"
+
+    def on_term(signum, frame):
+        raise SystemExit(128 + signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main_thread else None
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit) as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, SystemExit) else "interrupted"
+        print(f"harness bench: {what}; {hint}", file=sys.stderr)
+        raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -132,10 +161,11 @@ def run(args: argparse.Namespace) -> int:
                            extra={"filter": args.filter or "", "cpu_threads": torch.get_num_threads()})
     t0 = time.perf_counter()
     run_dirs = []
-    for rep in range(1, args.repeat + 1):
-        suffix = "" if rep == 1 else f".rep{rep}"
-        for matrix in matrices:
-            run_dirs.append(session.measure(matrix, cases[matrix], suffix))
+    with _terminate_cleanly(session.run_dir()):
+        for rep in range(1, args.repeat + 1):
+            suffix = "" if rep == 1 else f".rep{rep}"
+            for matrix in matrices:
+                run_dirs.append(session.measure(matrix, cases[matrix], suffix))
     print(f"harness bench: {sum(len(c) for c in cases.values())} cases x {len(paths)} paths x "
           f"{len(modes)} modes x {args.repeat} run(s) in {time.perf_counter() - t0:.1f} s wall "
           f"(ceilings included)")

@@ -95,9 +95,11 @@ class BenchSession:
             runner = Runner(ctx, writer, progress=self.progress)
             runner.run(cases, self.paths)
             rows = list(writer.existing) + runner.rows
-            write_meta(json_path, self._meta(matrix, ctx.notes))
         finally:
-            writer.close()
+            try:   # also when interrupted: the notes of the rows on disk survive --resume
+                write_meta(json_path, self._meta(matrix, ctx.notes))
+            finally:
+                writer.close()
         self.rows[(matrix, suffix)] = rows
         self.echo(f"harness bench: {len(rows)} rows in {csv_path} "
                   f"({time.perf_counter() - t0:.1f} s wall for this matrix)")
@@ -141,7 +143,11 @@ class BenchSession:
             self.echo(f"harness bench: no baseline {bdir / (matrix + '.csv')}; wrote a CANDIDATE "
                       f"baseline {path} (not promoted: review it, then `harness baseline accept "
                       f"{self.run_dir()}`)")
-            return 0
+            # No baseline to compare with, but ERROR and WORSE_ACCURACY rows still fail.
+            alone = evaluate(rows, [], self.settings, current_label=self.commit)
+            for v in alone.failures:
+                self.echo(f"harness bench: {v.verdict} {v.case_id} {v.path} {v.mode}: {v.reason}")
+            return alone.exit_code
         base = load_baseline(bdir, [matrix])
         check_compatible(base.environment, env)
         result = evaluate(rows, base.rows, self.settings, margins=base.margins,

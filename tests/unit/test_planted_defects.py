@@ -1,0 +1,231 @@
+"""Issue 7, the planted-defect suite on a CPU: every CPU-detectable defect is caught.
+
+Each test plants one defect of ``harness.defects`` (the marlin_asym CPU emulation and the
+fp64 reference carry the Python-side defects), runs the real runner, and asserts that the
+gate fails the affected rows with a recognisable reason while the other rows pass. The
+GPU-only defects (scratch not regrown, fp16 accumulation, last N tile skipped, side stream)
+are in tests/gpu/test_planted_defects_gpu.py.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from harness import defects
+from harness.cases.case import GemmCase
+from harness.config import SETTING_TYPES, load_settings
+from harness.kernels import dispatch, marlin_asym, marlin_pack
+from harness.kernels.base import PATHS, GemmPath, PathRegistry
+from harness.kernels.registry_load import load_all
+from harness.measure.runner import RunContext, Runner
+from harness.reports.gate import Verdict, evaluate
+from harness.reports.synthetic import make_rows, resample
+
+FAST = {"warmup_ms": 1, "max_case_seconds": 0.03, "min_samples": 3, "max_samples": 20,
+        "target_rel_spread": 0.05}
+GATE = load_settings(overrides={"min_effect": 100.0})     # accuracy defects: no speed calls
+GROUPED = GemmCase(M=16, N=256, K=512, group_size=128, seed=21)
+PER_ROW = GemmCase(M=16, N=256, K=512, group_size=512, seed=21)
+REQUIRED = {"packer_off_by_one_tile", "delta_wrong_sign", "per_row_untranslated", "correction_twice",
+            "scratch_not_regrown", "fp16_accumulation", "last_n_tile_skipped", "cached_output",
+            "slowdown_5pct", "side_stream"}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _registry(*names: str) -> PathRegistry:
+    reg = PathRegistry()
+    for n in names:
+        reg.register(load_all().get(n))
+    return reg
+
+
+def _run(reg: PathRegistry, cases=(GROUPED, PER_ROW), settings=None):
+    ctx = RunContext(matrix="defects", device=torch.device("cpu"), settings=settings or load_settings(overrides=FAST),
+                     modes=("cpu",), registry=reg, arch="cpu", device_name="cpu", commit="t")
+    return Runner(ctx).run(list(cases))
+
+
+@pytest.fixture(scope="module")
+def clean():
+    rows = _run(_registry("marlin_asym", "native_int4"))
+    assert all(r.status == "ok" for r in rows) and evaluate(rows, [], GATE).passed
+    return rows
+
+
+def _verdicts(result):
+    return {(v.case_id, v.path): v for v in result.verdicts}
+
+
+# --------------------------------------------------------------------------- the registry
+def test_registry_lists_every_required_defect():
+    assert REQUIRED <= set(defects.DEFECTS) and len(defects.DEFECTS) >= 10
+    for d in defects.DEFECTS.values():
+        assert d.description and d.caught_by and set(d.on) <= {"cpu", "gpu"} and "gpu" in d.on
+        assert d.verdict in {v.value for v in Verdict} and d.verdict != "SAME"
+    assert set(defects.names("cpu")) == {"packer_off_by_one_tile", "delta_wrong_sign",
+                                         "per_row_untranslated", "correction_twice",
+                                         "cached_output", "slowdown_5pct"}
+    assert set(defects.names("gpu")) == set(defects.DEFECTS)
+    with pytest.raises(ValueError, match="unknown"):
+        defects.get("nope")
+
+
+@pytest.mark.parametrize("name", [n for n in defects.DEFECTS if n != "scratch_not_regrown"])
+def test_planting_is_undone_on_exit(name):
+    load_all()
+    saved = (marlin_pack.pack_codes, marlin_pack.marlin_groupsize, dispatch.decide_for_case,
+             marlin_asym.TEST_DEFECT, marlin_asym.CORRECTION_FLAGS, PATHS.get("marlin_asym"),
+             PATHS.get("fp16_cache"))
+    with pytest.raises(KeyError):
+        with defects.get(name).plant():
+            raise KeyError("boom")                 # undone on error too
+    assert saved == (marlin_pack.pack_codes, marlin_pack.marlin_groupsize, dispatch.decide_for_case,
+                     marlin_asym.TEST_DEFECT, marlin_asym.CORRECTION_FLAGS, PATHS.get("marlin_asym"),
+                     PATHS.get("fp16_cache"))
+
+
+# --------------------------------------------------------------------------- accuracy defects
+@pytest.mark.parametrize("name", ["packer_off_by_one_tile", "delta_wrong_sign", "correction_twice"])
+def test_accuracy_defects_fail_the_gate(name, clean):
+    with defects.get(name).plant():
+        rows = _run(_registry("marlin_asym", "native_int4"))
+    for baseline in (clean, []):                       # against the baseline, and on a first run
+        result = evaluate(rows, baseline, GATE)
+        v = _verdicts(result)
+        for case in (GROUPED, PER_ROW):
+            hit = v[(case.id, "marlin_asym")]
+            assert hit.verdict == Verdict.WORSE_ACCURACY and hit.fails, hit.reasons
+            assert "over the gate" in hit.reason and "rel_err" in hit.reason
+            assert not v[(case.id, "native_int4")].fails      # the control path is untouched
+        assert result.exit_code == 1
+    again = _run(_registry("marlin_asym", "native_int4"))   # unplanted: correct again
+    assert evaluate(again, clean, GATE).passed
+
+
+def test_packer_defect_lives_in_the_packed_codes():
+    from harness.cases.data import case_data
+    from harness.kernels.marlin_pack import marlin_pack_asymmetric, unpack_codes
+
+    w = case_data(GROUPED).weight
+    with defects.get("packer_off_by_one_tile").plant():
+        bad = marlin_pack_asymmetric(w)
+    codes = unpack_codes(bad.B, w.K, w.N)
+    assert torch.equal(codes[:, 16:], w.q[:, :-16]) and not torch.equal(codes, w.q)
+    assert torch.equal(unpack_codes(marlin_pack_asymmetric(w).B, w.K, w.N), w.q)
+
+
+# --------------------------------------------------------------------------- -1 translation
+def test_per_row_without_the_minus_one_translation_is_lost_dispatch(monkeypatch):
+    """On a simulated SM 8.9 GPU with Marlin dispatch on, the dispatcher model predicts
+    Marlin's rc 2 for groupsize K: the rows show the fallback and the gate LOST_DISPATCH."""
+    monkeypatch.setattr(dispatch, "_capability", lambda device: (8, 9))
+    monkeypatch.setenv(dispatch.MARLIN_ENV, "1")
+    reg = _registry("marlin_asym")
+    base = _run(reg)
+    assert {r.dispatch_path for r in base} == {"marlin_asym"}
+    with defects.get("per_row_untranslated").plant():
+        rows = _run(reg)
+    by_case = {r.case_id: r for r in rows}
+    assert by_case[PER_ROW.id].dispatch_path == "native_int4"
+    assert "Marlin returned rc=2" in by_case[PER_ROW.id].fallback_reason
+    assert by_case[GROUPED.id].dispatch_path == "marlin_asym"      # grouped weights unaffected
+    result = evaluate(rows, base, GATE)
+    v = _verdicts(result)
+    lost = v[(PER_ROW.id, "marlin_asym")]
+    assert lost.verdict == Verdict.LOST_DISPATCH and lost.fails
+    assert "dispatcher chose marlin_asym in the baseline, now native_int4" in lost.reason
+    assert "rc=2" in lost.reason
+    assert not v[(GROUPED.id, "marlin_asym")].fails and result.exit_code == 1
+
+
+# --------------------------------------------------------------------------- cached output
+def test_a_cached_output_is_caught_by_the_fresh_input_recheck(clean):
+    reg = _registry("marlin_asym", "native_int4")
+    with defects.get("cached_output").plant(registry=reg):
+        assert type(reg.get("marlin_asym")).__name__ == "CachedOutputPath"
+        rows = _run(reg)
+    assert type(reg.get("marlin_asym")).__name__ == "MarlinAsymPath"
+    v = _verdicts(evaluate(rows, clean, GATE))
+    for case in (GROUPED, PER_ROW):
+        hit = v[(case.id, "marlin_asym")]
+        assert hit.verdict == Verdict.ERROR and hit.fails
+        assert "re-check on fresh inputs after timing" in hit.reason
+        assert "does the path cache its output?" in hit.reason
+        assert hit.current.rel_err < 1e-3                   # the first inputs looked perfect
+        assert not v[(case.id, "native_int4")].fails
+
+
+# --------------------------------------------------------------------------- 5% slowdown
+def test_a_five_percent_slowdown_is_slower_on_synthetic_data():
+    d = defects.get("slowdown_5pct")
+    base = make_rows(shapes=((2048, 2048, 128), (6144, 2048, 2048)), ms=(1, 16, 64), seed=11)
+    cur = resample(base, seed=12, factor={d.default_path: 1.0 + defects.SLOWDOWN})
+    result = evaluate(cur, base, load_settings("default"))
+    for v in result.verdicts:
+        if v.path == d.default_path:
+            assert v.verdict == Verdict.SLOWER and v.fails, v.reasons
+            assert 0.04 < v.time_change < 0.06
+        else:
+            assert v.verdict in (Verdict.SAME, Verdict.AMBIGUOUS) and not v.fails
+    assert result.exit_code == 1
+
+
+class Steady(GemmPath):
+    """native_int4's CPU computation padded to a fixed 300 us per call (a busy wait): a
+    stand-in for a GPU kernel of stable duration, so CPU timing noise cannot hide 5%."""
+
+    name, description = "steady", "CPU GEMM padded to 300 us"
+    SECONDS = 300e-6
+
+    def __init__(self):
+        self.native = load_all().get("native_int4")
+
+    def unavailable_reason(self, device):
+        return None
+
+    def prepare(self, weight, device):
+        return self.native.prepare(weight, device)
+
+    def run(self, prepared, A, out):
+        t0 = time.perf_counter()
+        self.native.run(prepared, A, out)
+        while time.perf_counter() < t0 + self.SECONDS:
+            pass
+        return out
+
+
+def test_a_five_percent_slowdown_is_slower_on_cpu_timed_data():
+    over = {"warmup_ms": 2, "max_case_seconds": 0.2, "min_samples": 10, "max_samples": 100000,
+            "target_rel_spread": 0.002}
+    if "gate_eager_speed" in SETTING_TYPES:
+        over["gate_eager_speed"] = 1        # cpu-mode speed is informational by default
+    settings = load_settings(overrides=over)
+    reg = PathRegistry()
+    reg.register(Steady())
+    case = [GemmCase(M=4, N=256, K=256, group_size=128, seed=3)]
+    plant = defects.get("slowdown_5pct").plant
+
+    def clean_run():
+        return _run(reg, case, settings)
+
+    def slow_run():
+        with plant(path="steady", registry=reg):
+            return _run(reg, case, settings)
+
+    base, cur, again = clean_run(), slow_run(), clean_run()
+    result = evaluate(cur, base, settings, remeasure=lambda keys: (clean_run(), slow_run()))
+    v = result.verdicts[0]
+    assert v.verdict == Verdict.SLOWER and v.fails and result.exit_code == 1, v.reasons
+    assert 0.03 < v.time_change < 0.20
+    aa = evaluate(again, base, settings, remeasure=lambda keys: (clean_run(), clean_run())).verdicts[0]
+    assert aa.verdict != Verdict.SLOWER, aa.reasons     # the A/A control is not called slower
