@@ -19,7 +19,7 @@ from .base import PATHS, GemmPath, KernelReturnCode, Prepared
 from .dispatch import UnsupportedCase
 from .marlin_asym import new_workspace
 from .marlin_pack import marlin_groupsize, marlin_pack_asymmetric, permute_scales
-from .marlin_providers import PROVIDERS, rc_meaning
+from .marlin_providers import PROVIDERS, marlin_unsupported_reason, rc_meaning
 
 
 class MarlinFusedZeroPath(GemmPath):
@@ -34,6 +34,9 @@ class MarlinFusedZeroPath(GemmPath):
 
     def implementation(self, device: torch.device) -> str:
         return self.description + "; dequant fp16(q*s + zero) in one fma"
+
+    def unsupported_reason(self, case) -> str | None:
+        return marlin_unsupported_reason(case.M, case.N, case.K, case.group_size)
 
     def prepare(self, weight: QuantizedWeight, device: torch.device) -> Prepared:
         gs = marlin_groupsize(weight.group_size, weight.K)
