@@ -39,9 +39,13 @@ def _cpu_env(session: nox.Session, *extras: str) -> None:
 
 @nox.session(tags=["ci"])
 def tests(session: nox.Session) -> None:
-    """CPU test suite (GPU tests skip with their reasons). Extra args go to pytest."""
+    """CPU test suite (GPU tests skip with their reasons). Extra args go to pytest.
+
+    Tests marked ``slow`` (>15 s each on 2 cores) are left out by default; CI runs them
+    after this session with ``nox -R -s tests -- -n 2 -m slow tests/unit``.
+    """
     _cpu_env(session, "test")
-    args = session.posargs or ["-n", "2", "tests/unit", "tests/gpu"]
+    args = session.posargs or ["-n", "2", "-m", "not slow", "--durations=10", "tests/unit", "tests/gpu"]
     session.run("python", "-m", "pytest", *args)
 
 

@@ -58,6 +58,7 @@ def _float_ppl(model_dir, tokens, ctx) -> float:
     return math.exp(total / n)
 
 
+@pytest.mark.slow
 def test_llama_byte_fallback_all_paths(llama_dir, text_file):
     sub = HfSubject(llama_dir, text_file, max_tokens=4096)
     assert sub.tokenizer.startswith("byte-level fallback")

@@ -297,6 +297,7 @@ def test_score_is_exp_of_mean_nll():
         m(torch.zeros(1, 40, dtype=torch.long))
 
 
+@pytest.mark.slow
 def test_train_script_small_run(tmp_path):
     from harness.model.train import build_parser, train
 

@@ -179,6 +179,7 @@ def _data_lines(csv_path: Path) -> int:
     return max(0, text.count("\n") - 1)
 
 
+@pytest.mark.slow
 def test_interrupted_sweeps_keep_their_rows_and_resume_to_the_same_csv(tmp_path, commit, capsys):
     env = dict(os.environ, HARNESS_COMMIT=commit)
     sigs = {"term": signal.SIGTERM, "kill": signal.SIGKILL, "int": signal.SIGINT}
