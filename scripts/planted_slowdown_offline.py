@@ -4,7 +4,7 @@
 1.05 in an independent run (c) and gate it against the calibrated sm90 baseline."""
 import sys
 from dataclasses import replace
-import numpy as np
+
 from harness.config import load_settings
 from harness.reports.baseline import load_baseline
 from harness.reports.gate import evaluate
