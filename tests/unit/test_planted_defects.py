@@ -34,14 +34,6 @@ REQUIRED = {"packer_off_by_one_tile", "delta_wrong_sign", "per_row_untranslated"
             "slowdown_5pct", "side_stream"}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _registry(*names: str) -> PathRegistry:
     reg = PathRegistry()
     for n in names:

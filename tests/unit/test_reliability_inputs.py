@@ -48,14 +48,6 @@ ENV = Environment(arch="sm90", gpu_name="NVIDIA H200", torch="2.11.0", cuda="13.
 CPU = torch.device("cpu")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def rows():
     return make_rows(shapes=((2048, 2048, 128),), ms=(1, 16), seed=7)

@@ -40,14 +40,6 @@ CASES = [GemmCase(M=4, N=256, K=256, group_size=128, seed=3),
          GemmCase(M=2, N=128, K=256, group_size=128, seed=3)]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _run(path, cases=CASES):
     reg = PathRegistry()
     reg.register(path)

@@ -22,15 +22,6 @@ FAST = {"warmup_ms": 1, "max_case_seconds": 0.05, "min_samples": 5, "max_samples
         "target_rel_spread": 0.05}
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: a 2-thread matmul on a busy 2-core runner stalls for milliseconds."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 class Good(GemmPath):
     name, description = "good", "fp32 torch matmul"
 
