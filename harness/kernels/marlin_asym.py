@@ -18,11 +18,21 @@ quanto's package folder.
 On a CPU the path is an emulation, labelled as such: the packed weight is unpacked into
 W_implied (float64, at prepare), C = A @ W_implied + the Python correction.
 
+Correction variants (``harness.kernels.correction_variants``): ``two_kernel`` is the
+seed's design above; the others (lean two-kernel call, CUDA graph, side stream, fused
+tiled kernel, fused with programmatic dependent launch) go through one C++ entry,
+``marlin_asym_variant``, that launches Marlin and the correction with no per-call
+allocation. Which one runs: ``MarlinAsymPath(variant=...)``, else
+``$HARNESS_CORRECTION_VARIANT``, else ``DEFAULT_VARIANT`` (``auto`` picks per shape class
+from ``correction_variants.AUTO_BY_CLASS``). Only the quanto provider runs the new ones.
+
 Test-only hooks (never set them outside tests; ``planted_defect`` restores them):
   * ``TEST_DEFECT``: None, "delta_wrong_sign" (the correction uses -delta) or
     "correction_twice" (the correction is applied two times).
   * ``CORRECTION_FLAGS``: passed as ``flags`` to the CUDA correction (bit 0 fp16
     accumulation, bit 1 skip the last 128-column tile, bit 2 do not regrow the scratch).
+    Every variant honours bits 0 and 1; bit 2 concerns the seed's scratch only (the
+    other variants own a grow-only scratch).
 """
 
 from __future__ import annotations
@@ -36,9 +46,27 @@ from harness.cases.data import QuantizedWeight
 
 from .base import PATHS, GemmPath, KernelReturnCode, Prepared
 from .build import extension
+from .correction_variants import (
+    EXT_IDS,
+    CorrectionVariantError,
+    check_variant_name,
+    concrete_variant,
+    ext_id,
+    resolve_variant,
+)
 from .marlin_pack import MarlinPack, marlin_groupsize, marlin_pack_asymmetric
-from .marlin_providers import DEFAULT_MAX_PAR, get_provider, rc_meaning, workspace_entries
+from .marlin_providers import (
+    DEFAULT_MAX_PAR,
+    get_provider,
+    marlin_unsupported_reason,
+    rc_meaning,
+    workspace_entries,
+)
 from .reference import apply_marlin_correction, implied_weight
+
+#: The variant ``marlin_asym`` runs unless told otherwise. One-line switch: set it to
+#: "auto" (with AUTO_BY_CLASS filled from the study) once the study has been measured.
+DEFAULT_VARIANT = "two_kernel"
 
 DEFECTS = (None, "delta_wrong_sign", "correction_twice")
 TEST_DEFECT: str | None = None
@@ -66,22 +94,34 @@ def new_workspace(N: int, device: torch.device, max_par: int = DEFAULT_MAX_PAR) 
 
 def marlin_mm_asymmetric(A: torch.Tensor, pack: MarlinPack, C: torch.Tensor,
                          workspace: torch.Tensor, provider: str | None = None,
-                         groupsize: int | None = None, max_par: int = DEFAULT_MAX_PAR) -> int:
-    """Zero C, Marlin, then the correction (skipped when rc != 0). Returns Marlin's rc.
+                         groupsize: int | None = None, max_par: int = DEFAULT_MAX_PAR,
+                         variant: str | None = None) -> int:
+    """Marlin, then the correction (skipped when rc != 0). Returns Marlin's rc.
 
     ``groupsize`` defaults to ``pack.marlin_groupsize`` (-1 for per-row weights); passing
     the weight's own group size for a per-row weight reproduces TinyLoop's first defect.
+    ``variant`` (None: ``$HARNESS_CORRECTION_VARIANT``, else ``DEFAULT_VARIANT``) picks the
+    correction's implementation; ``two_kernel`` zeroes C first, as the seed does.
     """
     prov = get_provider(provider)
     gs = pack.marlin_groupsize if groupsize is None else groupsize
     delta = -pack.delta if TEST_DEFECT == "delta_wrong_sign" else pack.delta
     flags = CORRECTION_FLAGS
+    name = concrete_variant(resolve_variant(variant, DEFAULT_VARIANT), int(A.shape[0]))
     ext = extension()
     if prov.name == "quanto":
         sz = pack.sz if pack.sz is not None else (pack.scales.float() * -8.0).to(torch.float16)
-        rc = int(ext.marlin_mm_asymmetric(A, pack.B, C, pack.scales, sz, delta, workspace, gs,
-                                          -1, -1, -1, max_par, flags))
+        vid = ext_id(name)
+        if vid is None:
+            rc = int(ext.marlin_mm_asymmetric(A, pack.B, C, pack.scales, sz, delta, workspace, gs,
+                                              -1, -1, -1, max_par, flags))
+        else:
+            rc = int(ext.marlin_asym_variant(A, C, pack.B, pack.scales, sz, delta, workspace, gs,
+                                             vid, flags, max_par))
     else:
+        if name != "two_kernel":
+            raise CorrectionVariantError(
+                f"variant: {name!r} needs the quanto provider (provider {prov.name} runs two_kernel only)")
         C.zero_()
         rc = prov.gemm(A, pack, C, workspace, gs, max_par)
         if rc == 0:
@@ -101,20 +141,34 @@ def emulate_asymmetric(A: torch.Tensor, W_implied: torch.Tensor, pack: MarlinPac
 
 
 class MarlinAsymPath(GemmPath):
-    """Marlin's symmetric kernel + the asymmetric zero-point correction (TinyLoop's path 3)."""
+    """Marlin's symmetric kernel + the asymmetric zero-point correction (TinyLoop's path 3).
+
+    ``variant`` (see ``harness.kernels.correction_variants``) is resolved at ``prepare``
+    (None: ``$HARNESS_CORRECTION_VARIANT``, else ``DEFAULT_VARIANT``) and kept in the
+    prepared state; ``run_variant`` runs any other one on the same prepared weight.
+    """
 
     name = "marlin_asym"
     role = "path"
     description = "Marlin symmetric INT4 kernel + a_group_sum/correction_accum correction"
+
+    def __init__(self, variant: str | None = None) -> None:
+        self.variant = None if variant is None else check_variant_name(variant)
+        self._ext_call = None
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         if device.type == "cpu":
             return None
         return get_provider().unavailable_reason(device)
 
+    def unsupported_reason(self, case) -> str | None:
+        return marlin_unsupported_reason(case.M, case.N, case.K, case.group_size)
+
     def implementation(self, device: torch.device) -> str:
+        variant = resolve_variant(self.variant, DEFAULT_VARIANT)
         if device.type == "cpu":
-            return "CPU emulation: float64 A @ W_implied (unpacked Marlin pack) + Python correction; not Marlin"
+            return ("CPU emulation: float64 A @ W_implied (unpacked Marlin pack) + Python correction; "
+                    f"not Marlin (correction variant {variant} not emulated)")
         prov = get_provider()
         cap = ""
         if device.type == "cuda" and torch.cuda.is_available():
@@ -123,30 +177,55 @@ class MarlinAsymPath(GemmPath):
             if (major, minor) not in ((8, 0), (8, 6), (8, 9)):
                 cap += " (outside TinyLoop's Marlin list 8.0/8.6/8.9: measured by the harness only)"
         return (f"Marlin via provider {prov.name} ({prov.description}) + harness correction kernels"
-                f"; grouped formula {prov.formula(128)}, per-column {prov.formula(-1)}{cap}")
+                f" (variant {variant}); grouped formula {prov.formula(128)}, per-column "
+                f"{prov.formula(-1)}{cap}")
 
     def prepare(self, weight: QuantizedWeight, device: torch.device) -> Prepared:
         weight = weight.to(device)
         prov = get_provider()
+        variant = resolve_variant(self.variant, DEFAULT_VARIANT)
+        if prov.name != "quanto" and variant != "two_kernel":
+            raise CorrectionVariantError(
+                f"variant: {variant!r} needs the quanto provider (provider {prov.name} runs two_kernel only)")
         gs = marlin_groupsize(weight.group_size, weight.K)
         pack = marlin_pack_asymmetric(weight, formula=prov.formula(gs))
-        state: dict = {"pack": pack, "groupsize": gs, "provider": prov.name}
+        state: dict = {"pack": pack, "groupsize": gs, "provider": prov.name, "variant": variant}
         if device.type == "cpu":
             state["W_implied"] = implied_weight(pack)
             extra = pack.nbytes()
             notes = "CPU emulation of Marlin + correction"
         else:
-            state["workspace"] = new_workspace(weight.N, device)
-            extra = pack.nbytes() + state["workspace"].numel() * 4
-            notes = f"provider {prov.name}; formula {pack.formula}; marlin groupsize {gs}"
+            ws = new_workspace(weight.N, device)
+            sz = pack.sz if pack.sz is not None else (pack.scales.float() * -8.0).to(torch.float16)
+            state["workspace"] = ws
+            # marlin_asym_variant's tensor arguments after (A, C); cloned with the pack by
+            # the timing rotation (tuples are walked), so every copy keeps its own tensors
+            state["vargs"] = (pack.B, pack.scales, sz, pack.delta, ws)
+            extra = pack.nbytes() + ws.numel() * 4
+            notes = (f"provider {prov.name}; formula {pack.formula}; marlin groupsize {gs}; "
+                     f"correction variant {variant}")
         return Prepared(self.name, weight, device, state=state, extra_bytes=extra, notes=notes)
 
     def run(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return self.run_variant(prepared, A, out, None)
+
+    def run_variant(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor,
+                    variant: str | None) -> torch.Tensor:
+        """Marlin + correction ``variant`` (None: the prepared one) into ``out``."""
         st = prepared.state
         if prepared.device.type == "cpu":
             out.copy_(emulate_asymmetric(A, st["W_implied"], st["pack"]))
             return out
-        rc = marlin_mm_asymmetric(A, st["pack"], out, st["workspace"], st["provider"], st["groupsize"])
+        name = st["variant"] if variant is None else variant
+        if name == "auto":
+            name = concrete_variant(name, int(A.shape[0]))
+        vid = EXT_IDS[name] if name in EXT_IDS else ext_id(name)   # ext_id raises on a bad name
+        if vid is not None and TEST_DEFECT is None and st["provider"] == "quanto":
+            call = self._ext_call or self._bind()      # the lean route: one C++ call
+            rc = call(A, out, *st["vargs"], st["groupsize"], vid, CORRECTION_FLAGS, DEFAULT_MAX_PAR)
+        else:
+            rc = marlin_mm_asymmetric(A, st["pack"], out, st["workspace"], st["provider"],
+                                      st["groupsize"], variant=name)
         if rc != 0:
             raise KernelReturnCode(self.name, rc, rc_meaning(rc))
         return out
@@ -157,10 +236,18 @@ class MarlinAsymPath(GemmPath):
         if prepared.device.type == "cpu":
             out.copy_(A.double() @ st["W_implied"])
             return out
-        rc = get_provider(st["provider"]).gemm(A, st["pack"], out, st["workspace"], st["groupsize"])
+        if st["provider"] == "quanto":       # the same lean entry as the variants
+            call = self._ext_call or self._bind()
+            rc = call(A, out, *st["vargs"], st["groupsize"], EXT_IDS["marlin_only"], 0, DEFAULT_MAX_PAR)
+        else:
+            rc = get_provider(st["provider"]).gemm(A, st["pack"], out, st["workspace"], st["groupsize"])
         if rc != 0:
             raise KernelReturnCode(self.name, rc, rc_meaning(rc))
         return out
+
+    def _bind(self):
+        self._ext_call = extension().marlin_asym_variant
+        return self._ext_call
 
 
 PATH = PATHS.register(MarlinAsymPath())

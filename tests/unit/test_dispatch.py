@@ -262,3 +262,29 @@ def test_decide_for_case_on_cpu_says_no_gpu():
     case = next(c for c in EDGES if "bt_16" in c.tags)
     d = decide_for_case(case, torch.device("cpu"), ON)
     assert d.path == "native_int4" and "no CUDA GPU" in d.fallback_reason
+
+
+def test_marlin_paths_declare_the_shapes_marlin_rejects_before_the_call():
+    """Forced Marlin rows on shapes without a kernel are `unavailable` (with the rc the
+    launcher would return), not ERROR; the model is the one the dispatcher uses."""
+    from harness.cases import MATRICES
+    from harness.kernels import load_all
+    from harness.kernels.base import PATHS
+    from harness.kernels.dispatch import expected_marlin_rc, marlin_groupsize_for
+
+    load_all()
+    for name in ("marlin_asym", "marlin_fused_zero"):
+        path = PATHS.get(name)
+        for case in MATRICES.cases("edges") + MATRICES.cases("parity"):
+            why = path.unsupported_reason(case)
+            packable = case.N % 64 == 0 and case.K % 16 == 0
+            rc = expected_marlin_rc(case.M, case.N, case.K, marlin_groupsize_for(case.group_size, case.K))
+            assert (why is None) == (packable and rc == 0), (name, case.id, why)
+            if why and packable:
+                assert f"rc={rc}" in why
+    reasons = {c.id: PATHS.get("marlin_asym").unsupported_reason(c) for c in MATRICES.cases("edges")}
+    assert "rc=2" in reasons["M16-N2048-K2048-g64-s2"]
+    assert "rc=1" in reasons["M32-N2176-K2048-g128-s2"]
+    assert reasons["M16-N2176-K2048-g128-s2"] is None       # thread_n 128 at M <= 16 runs
+    assert reasons["M16-N2048-K2048-gK-s2"] is None         # per-row, translated to -1
+    assert "N % 64" in reasons["M16-N50257-K2048-g128-s2"]

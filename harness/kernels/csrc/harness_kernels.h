@@ -3,6 +3,8 @@
 // native_int4.cu : the naive scalar INT4 GEMM (TinyLoop's always-works fallback).
 // correction.cu  : the asymmetric zero-point correction for Marlin (a_group_sum,
 //                  correction_accum) and the cached, doubling scratch buffer for a_sum.
+// correction_variants.cu : faster designs of the same correction (side stream, fused
+//                  tiled kernel, PDL, CUDA graph), selectable per call.
 //
 // Everything lives in namespace harness_int4 so nothing can collide with the symbols of
 // Marlin's kernel source, which is compiled into the same extension.
@@ -62,5 +64,82 @@ cudaError_t launch_a_group_sum(const __half* A, float* a_sum, int M, int K, int 
 cudaError_t launch_correction_accum(__half* C, const float* a_sum, const float* delta, int M,
                                     int N, int G, int rows_with_sum, int flags,
                                     cudaStream_t stream);
+
+// ---------------------------------------------------------------- correction variants
+// Ids of the variants run by run_marlin_asym_variant (names: correction_variant_name).
+enum CorrectionVariant : int {
+  kVariantMarlinOnly = 0,     // Marlin alone: no zeroing, no correction (overhead baseline)
+  kVariantTwoKernelLean = 1,  // the seed's sequence (memset C, Marlin, a_group_sum,
+                              // correction_accum) issued by one host call
+  kVariantGraph = 2,          // that sequence captured once per (pointers, shape) into a
+                              // CUDA graph and replayed; launched directly inside a capture
+  kVariantSideStream = 3,     // a_sum on a side stream concurrent with Marlin, joined by an
+                              // event, then one tiled accumulation kernel
+  kVariantFused = 4,          // Marlin, then one tiled kernel computing a_sum in shared memory
+  kVariantFusedPdl = 5,       // the same kernel with programmatic dependent launch (SM >= 9.0;
+                              // a plain launch elsewhere)
+  kVariantEmpty = 6,          // Marlin + an empty kernel: launch floor of a one-kernel correction
+  kVariantEmptyPdl = 7,       // Marlin + an empty kernel launched with PDL
+  kVariantCount = 8
+};
+
+// Marlin's arguments, so the variant drivers can launch (and capture) it via a callback.
+struct MarlinCall {
+  const void* A;
+  const void* B;
+  void* C;
+  void* s;
+  void* sz;
+  int M, N, K;
+  void* workspace;
+  int groupsize;
+  int device;
+  int sms;
+  int max_par;
+};
+// Launches Marlin on `stream`; returns Marlin's status (0 ok).
+using MarlinLauncher = int (*)(const MarlinCall& call, cudaStream_t stream);
+
+// One correction: C[M, N] fp16 += a_group_sum(A[M, K] fp16, G groups) @ delta[G, N] fp32.
+struct CorrectionProblem {
+  const __half* A;
+  __half* C;
+  const float* delta;
+  int M, N, K, G;
+  int flags;   // CorrectionFlags (bits 0 and 1 for every variant; bit 2 only for the
+               // seed's own scratch in correction.cu: the variants own a grow-only scratch)
+  int device;
+};
+
+// "marlin_only", "two_kernel_lean", ... for an id; nullptr when out of range.
+const char* correction_variant_name(int variant);
+// nullptr when `variant` can run problem p; otherwise a one-line reason.
+const char* correction_problem_unsupported(const CorrectionProblem& p, int variant);
+// Marlin (via `marlin`) then the correction of `variant` on `stream`. Returns Marlin's
+// status (the correction is skipped when it is non-zero); the first CUDA error goes to *err
+// (variant_last_error_detail() may say more).
+int run_marlin_asym_variant(int variant, const CorrectionProblem& p, const MarlinCall& mc,
+                            MarlinLauncher marlin, cudaStream_t stream, cudaError_t* err);
+// Only the correction of `variant` on an existing C (no Marlin, no zeroing); for tests.
+cudaError_t run_correction_variant(int variant, const CorrectionProblem& p, cudaStream_t stream);
+// One empty kernel (with PDL when asked and the device supports it).
+cudaError_t launch_empty_kernel(bool pdl, int device, cudaStream_t stream);
+const char* variant_last_error_detail();
+bool pdl_supported(int device);
+// How many PDL launches the driver refused and were relaunched plainly (process total).
+long pdl_fallback_count();
+
+struct VariantScratchInfo {
+  void* ptr;
+  size_t capacity_bytes;
+  int grow_count;
+  int retired;  // earlier buffers kept alive for graphs that captured them
+};
+VariantScratchInfo variant_scratch_info(int device);
+// Frees the device's variant scratch (and retired buffers) after clearing the graph cache.
+cudaError_t variant_scratch_release(int device);
+size_t graph_cache_size();
+// Synchronises the device, then destroys every cached graph.
+cudaError_t graph_cache_clear();
 
 }  // namespace harness_int4

@@ -3,6 +3,10 @@
 
 #include <torch/extension.h>
 
+#include <string>
+#include <tuple>
+#include <vector>
+
 #ifndef HARNESS_WITH_MARLIN
 #define HARNESS_WITH_MARLIN 0
 #endif
@@ -35,7 +39,30 @@ void apply_correction(const torch::Tensor& A, torch::Tensor& C, const torch::Ten
 std::tuple<int64_t, int64_t, int64_t> scratch_state(int64_t device);
 void scratch_free(int64_t device);
 
+// ---- correction variants (correction_variants.cu): names indexed by variant id.
+std::vector<std::string> correction_variant_names();
+// Only the correction of variant `variant` on an existing C (no Marlin, no zeroing).
+void correction_variant(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& delta,
+                        int64_t variant, int64_t flags);
+// One empty kernel on the current stream of `device` (PDL when asked and supported).
+void launch_empty(int64_t device, bool pdl);
+bool pdl_supported_on(int64_t device);
+int64_t pdl_fallbacks();
+// (pointer, capacity_bytes, grow_count, retired buffers) of the variants' scratch.
+std::tuple<int64_t, int64_t, int64_t, int64_t> variant_scratch_state(int64_t device);
+void variant_scratch_free(int64_t device);
+int64_t graph_cache_entries();
+void graph_cache_reset();
+
 #if HARNESS_WITH_MARLIN
+// Marlin + correction variant `variant` in one call (no per-call allocation); returns
+// Marlin's rc, the correction skipped when it is non-zero. Positional arguments keep the
+// Python-side cost of the call low.
+int64_t marlin_asym_variant(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& B,
+                            const torch::Tensor& s, const torch::Tensor& sz,
+                            const torch::Tensor& delta, torch::Tensor& workspace,
+                            int64_t groupsize, int64_t variant, int64_t flags, int64_t max_par);
+
 // Marlin's symmetric GEMM (quanto's kernel, q * s + sz); returns Marlin's rc.
 int64_t marlin_gemm(const torch::Tensor& A, const torch::Tensor& B, torch::Tensor& C,
                     const torch::Tensor& s, const torch::Tensor& sz, torch::Tensor& workspace,

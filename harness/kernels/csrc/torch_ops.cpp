@@ -7,6 +7,10 @@
 
 #include "harness_kernels.h"
 
+#if HARNESS_WITH_MARLIN
+#include "marlin_cuda_kernel.cuh"  // quanto's declaration of marlin_cuda(...)
+#endif
+
 namespace harness_int4 {
 
 void check_cuda_tensor(const torch::Tensor& t, const char* name, c10::ScalarType dtype) {
@@ -121,5 +125,125 @@ void scratch_free(int64_t device) {
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   scratch_release(static_cast<int>(device));
 }
+
+// ---------------------------------------------------------------- correction variants
+namespace {
+CorrectionProblem make_problem(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& delta,
+                               int64_t flags, const char* what) {
+  check_cuda_tensor(A, "A", torch::kHalf);
+  check_cuda_tensor(C, "C", torch::kHalf);
+  check_cuda_tensor(delta, "delta", torch::kFloat);
+  TORCH_CHECK(A.dim() == 2 && C.dim() == 2 && delta.dim() == 2, what, ": A, C, delta must be 2-D");
+  const int64_t M = A.size(0), K = A.size(1), N = C.size(1), G = delta.size(0);
+  TORCH_CHECK(C.size(0) == M && delta.size(1) == N, what, ": C must be [M, N] and delta [G, N]");
+  TORCH_CHECK(G > 0 && K % G == 0, what, ": delta has ", G, " groups, which must divide K=", K);
+  TORCH_CHECK(C.get_device() == A.get_device() && delta.get_device() == A.get_device(), what,
+              ": A, C and delta must be on one device");
+  return CorrectionProblem{half_ptr(A), half_ptr_mut(C), delta.data_ptr<float>(), static_cast<int>(M),
+                           static_cast<int>(N), static_cast<int>(K), static_cast<int>(G),
+                           static_cast<int>(flags), A.get_device()};
+}
+
+void check_variant(const CorrectionProblem& p, int64_t variant, const char* what) {
+  TORCH_CHECK(correction_variant_name(static_cast<int>(variant)) != nullptr, what, ": variant id ",
+              variant, " is out of range");
+  const char* why = correction_problem_unsupported(p, static_cast<int>(variant));
+  TORCH_CHECK(why == nullptr, what, ": variant ", correction_variant_name(static_cast<int>(variant)),
+              " cannot run this problem: ", why);
+}
+
+void raise_if(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  const char* detail = variant_last_error_detail();
+  TORCH_CHECK(false, what, ": CUDA error ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ")",
+              (detail && *detail) ? "; " : "", (detail && *detail) ? detail : "");
+}
+}  // namespace
+
+std::vector<std::string> correction_variant_names() {
+  std::vector<std::string> out;
+  for (int i = 0; i < kVariantCount; ++i) out.emplace_back(correction_variant_name(i));
+  return out;
+}
+
+void correction_variant(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& delta,
+                        int64_t variant, int64_t flags) {
+  const CorrectionProblem p = make_problem(A, C, delta, flags, "correction_variant");
+  check_variant(p, variant, "correction_variant");
+  const c10::cuda::CUDAGuard guard(A.device());
+  raise_if(run_correction_variant(static_cast<int>(variant), p, current_stream(A)), "correction_variant");
+}
+
+void launch_empty(int64_t device, bool pdl) {
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device)).stream();
+  raise_if(launch_empty_kernel(pdl, static_cast<int>(device), stream), "launch_empty");
+}
+
+bool pdl_supported_on(int64_t device) { return pdl_supported(static_cast<int>(device)); }
+
+int64_t pdl_fallbacks() { return static_cast<int64_t>(pdl_fallback_count()); }
+
+std::tuple<int64_t, int64_t, int64_t, int64_t> variant_scratch_state(int64_t device) {
+  const VariantScratchInfo info = variant_scratch_info(static_cast<int>(device));
+  return {reinterpret_cast<int64_t>(info.ptr), static_cast<int64_t>(info.capacity_bytes),
+          static_cast<int64_t>(info.grow_count), static_cast<int64_t>(info.retired)};
+}
+
+void variant_scratch_free(int64_t device) {
+  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+  raise_if(variant_scratch_release(static_cast<int>(device)), "variant_scratch_free");
+}
+
+int64_t graph_cache_entries() { return static_cast<int64_t>(graph_cache_size()); }
+
+void graph_cache_reset() { raise_if(graph_cache_clear(), "graph_cache_reset"); }
+
+#if HARNESS_WITH_MARLIN
+namespace {
+constexpr int kMaxSmDevices = 64;
+
+int sm_count_cached(int device) {
+  static int cache[kMaxSmDevices] = {0};
+  if (device < 0 || device >= kMaxSmDevices) return -1;
+  if (cache[device] == 0) {
+    int v = -1;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) v = -1;
+    cache[device] = v;
+  }
+  return cache[device];
+}
+
+int launch_quanto_marlin(const MarlinCall& c, cudaStream_t stream) {
+  return marlin_cuda(c.A, c.B, c.C, c.s, c.sz, c.M, c.N, c.K, c.workspace, c.groupsize, c.device,
+                     stream, -1, -1, c.sms, c.max_par);
+}
+}  // namespace
+
+int64_t marlin_asym_variant(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& B,
+                            const torch::Tensor& s, const torch::Tensor& sz,
+                            const torch::Tensor& delta, torch::Tensor& workspace,
+                            int64_t groupsize, int64_t variant, int64_t flags, int64_t max_par) {
+  const CorrectionProblem p = make_problem(A, C, delta, flags, "marlin_asym_variant");
+  check_variant(p, variant, "marlin_asym_variant");
+  check_cuda_tensor(B, "B", torch::kInt);
+  check_cuda_tensor(s, "s", torch::kHalf);
+  check_cuda_tensor(sz, "sz", torch::kHalf);
+  check_cuda_tensor(workspace, "workspace", torch::kInt);
+  TORCH_CHECK(s.sizes() == sz.sizes(), "marlin_asym_variant: sz must have the shape of s");
+  TORCH_CHECK(workspace.numel() >= p.N / 128 * max_par,
+              "marlin_asym_variant: workspace needs at least N/128*max_par = ", p.N / 128 * max_par,
+              " int32 entries, got ", workspace.numel());
+  const c10::cuda::CUDAGuard guard(A.device());
+  const MarlinCall mc{A.data_ptr(), B.data_ptr(), C.data_ptr(), s.data_ptr(), sz.data_ptr(), p.M, p.N,
+                      p.K, workspace.data_ptr(), static_cast<int>(groupsize), p.device,
+                      sm_count_cached(p.device), static_cast<int>(max_par)};
+  cudaError_t err = cudaSuccess;
+  const int rc = run_marlin_asym_variant(static_cast<int>(variant), p, mc, &launch_quanto_marlin,
+                                         current_stream(A), &err);
+  raise_if(err, "marlin_asym_variant");
+  return rc;
+}
+#endif  // HARNESS_WITH_MARLIN
 
 }  // namespace harness_int4

@@ -1,0 +1,710 @@
+"""Correction-variant study: every variant of ``marlin_asym``'s correction, side by side.
+
+    python3 -m harness.measure.correction_study --out DIR [--matrix production]
+        [--filter EXPR] [--variants a,b] [--modes cold,graph] [--budget-s 170] [--quick]
+
+One command: builds the extension, runs a crash-isolated sanity pass of every variant in a
+subprocess (a variant that raises there is left out of the main run), then for each case
+Marlin accepts (M >= 1, K % 128 == 0, N % 128 == 0 and N % 256 == 0 when M > 16, group
+size 128 or K) it
+  1. checks each variant on NaN-poisoned outputs, on the case's activations and on fresh
+     random ones: every element written, the result bitwise repeatable, and the
+     correction's contribution within ``ULP_BUDGET`` fp16 ULPs of exact arithmetic, i.e.
+     |out - (C_marlin + a_sum64 @ delta64)| in ULPs of max(|exact|, |C_marlin|, |corr|)
+     (the scale an fp32 sum rounded to fp16 is bounded by; the parity chain's measure),
+     C_marlin being Marlin's own output on the same inputs; plus rel_err vs reference_fp64;
+  2. times Marlin alone (before and after the variants; their mean is the baseline, the
+     second one is kept as ``marlin_us_end`` to show drift), each variant, and Marlin +
+     an empty kernel (plain and PDL: the floor of a one-kernel correction) in eager
+     ("cold") and CUDA-graph modes with ``harness.measure.timing`` over rotated operand
+     copies (``harness.measure.rotation``, > 3 x L2), the same R calls per batch for all;
+  3. derives overhead = variant / Marlin - 1 and the floor ratio = overhead_us / the
+     empty kernel's own per-call time in that mode.
+Writes DIR/correction_study.{csv,md,json} and DIR/log.txt; prints the per-variant summary,
+the fastest correct variant per shape class (decode M <= 16, mid 17..256, large >= 257),
+the ``AUTO_BY_CLASS`` line to paste into ``harness.kernels.correction_variants``, and the
+issue's targets evaluated on that choice. Exit 0 when it measured, 2 when it could not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+T0 = time.monotonic()
+ULP_BUDGET = 2.0
+TARGETS = {"graph_median_pct": 5.0, "graph_max_pct": 10.0, "cold_max_pct": 15.0, "floor_ratio": 2.0}
+COLUMNS = ("case_id", "M", "N", "K", "group_size", "shape_class", "variant", "mode", "status",
+           "time_us", "iqr_us", "ci_lo_us", "ci_hi_us", "n_samples", "stop_reason", "calls", "copies",
+           "l2_cold", "marlin_us", "marlin_us_end", "overhead_us", "overhead_pct", "floor_us",
+           "floor_ratio", "marginal_floor_ratio", "host_us", "correct", "max_corr_ulp",
+           "p99_corr_ulp", "nonfinite", "rel_err", "deterministic", "error")
+
+
+# ----------------------------------------------------------------------------- pure helpers
+def fp16_ulp(x):
+    """ULP of fp16 at |x| (torch float64, elementwise): harness.measure.accuracy.ulp_size."""
+    import torch
+
+    x = x.abs()
+    _, e = torch.frexp(x)
+    ulp = torch.ldexp(torch.ones_like(x), (e - 11).to(x.dtype))
+    return torch.clamp(torch.where(x == 0, torch.zeros_like(x), ulp), min=2.0 ** -24)
+
+
+def correction_ulps(out, marlin_out, corr_ref):
+    """|out - (C_marlin + corr)| in fp16 ULPs of max(|exact|, |C_marlin|, |corr|) (float64)."""
+    exact = marlin_out.double() + corr_ref
+    scale = torch_max3(exact.abs(), marlin_out.double().abs(), corr_ref.abs())
+    return (out.double() - exact).abs() / fp16_ulp(scale)
+
+
+def torch_max3(a, b, c):
+    import torch
+
+    return torch.maximum(torch.maximum(a, b), c)
+
+
+def marlin_accepts(case) -> str | None:
+    """None when Marlin takes ``case``; else why not (the study measures Marlin's shapes only)."""
+    if case.kind != "gemm":
+        return f"kind {case.kind!r}"
+    if case.K % 128 or case.N % 128 or (case.M > 16 and case.N % 256):
+        return "K % 128, N % 128 or (M > 16) N % 256"
+    if case.group_size not in (128, case.K):
+        return f"group size {case.group_size} (Marlin: 128 or per-row)"
+    return None
+
+
+def _num(row, key):
+    v = row.get(key)
+    return float(v) if v not in (None, "") and math.isfinite(float(v)) else None
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per (variant, mode): shapes measured, median/max overhead %, floor ratio, correctness."""
+    out = []
+    keys = dict.fromkeys((r["variant"], r["mode"]) for r in rows if r["variant"] != "marlin_only")
+    for variant, mode in keys:
+        sel = [r for r in rows if r["variant"] == variant and r["mode"] == mode]
+        ov = [v for r in sel if (v := _num(r, "overhead_pct")) is not None]
+        us = [v for r in sel if (v := _num(r, "overhead_us")) is not None]
+        fr = [v for r in sel if (v := _num(r, "floor_ratio")) is not None]
+        ulp = [v for r in sel if (v := _num(r, "max_corr_ulp")) is not None]
+        out.append({
+            "variant": variant, "mode": mode, "shapes": len(ov),
+            "errors": sum(1 for r in sel if r["status"] == "error"),
+            "incorrect": sum(1 for r in sel if r.get("correct") is False),
+            "median_overhead_pct": statistics.median(ov) if ov else None,
+            "max_overhead_pct": max(ov) if ov else None,
+            "median_overhead_us": statistics.median(us) if us else None,
+            "median_floor_ratio": statistics.median(fr) if fr else None,
+            "max_corr_ulp": max(ulp) if ulp else None,
+        })
+    return out
+
+
+def recommend(rows: list[dict], candidates) -> dict[str, dict]:
+    """Per shape class, the correct variant with the lowest median mean-of-modes overhead."""
+    classes = dict.fromkeys(r["shape_class"] for r in rows)
+    picks = {}
+    for cls in classes:
+        cases = sorted({r["case_id"] for r in rows if r["shape_class"] == cls})
+        best = None
+        for v in candidates:
+            per_case = []
+            for cid in cases:
+                sel = [r for r in rows if r["case_id"] == cid and r["variant"] == v]
+                vals = [_num(r, "overhead_pct") for r in sel]
+                if not sel or any(r.get("correct") is not True for r in sel) or None in vals:
+                    per_case = None
+                    break
+                per_case.append(sum(vals) / len(vals))
+            if per_case:
+                score = statistics.median(per_case)
+                if best is None or score < best["score_pct"]:
+                    best = {"variant": v, "score_pct": score, "shapes": len(per_case)}
+        if best is not None:
+            picks[cls] = best
+    return picks
+
+
+def evaluate_targets(rows: list[dict], picks: dict[str, dict]) -> list[tuple[str, bool, str]]:
+    """The issue's targets on the composite 'per class, the recommended variant'."""
+    chosen = [r for r in rows if r["shape_class"] in picks and r["variant"] == picks[r["shape_class"]]["variant"]]
+    res = []
+    g = [v for r in chosen if r["mode"] == "graph" and (v := _num(r, "overhead_pct")) is not None]
+    if g:
+        med, mx = statistics.median(g), max(g)
+        res.append(("graph overhead median <= 5%", med <= TARGETS["graph_median_pct"], f"{med:.1f}%"))
+        res.append(("graph overhead <= 10% at every shape", mx <= TARGETS["graph_max_pct"], f"max {mx:.1f}%"))
+    c = [v for r in chosen if r["mode"] == "cold" and (v := _num(r, "overhead_pct")) is not None]
+    if c:
+        res.append(("eager within 15% of Marlin at every shape", max(c) <= TARGETS["cold_max_pct"],
+                    f"max {max(c):.1f}%"))
+    f = [v for r in chosen if (v := _num(r, "floor_ratio")) is not None]
+    if f:
+        res.append(("correction <= 2x the empty kernel's time (every shape, mode)",
+                    max(f) <= TARGETS["floor_ratio"], f"max {max(f):.2f}x, median {statistics.median(f):.2f}x"))
+    mf = [v for r in chosen if (v := _num(r, "marginal_floor_ratio")) is not None]
+    if mf:
+        res.append(("correction <= 2x an empty kernel after Marlin (same shape, mode)",
+                    max(mf) <= TARGETS["floor_ratio"], f"max {max(mf):.2f}x, median {statistics.median(mf):.2f}x"))
+    u = [v for r in chosen if (v := _num(r, "max_corr_ulp")) is not None]
+    if u:
+        res.append(("correction within 2 fp16 ULPs of fp64", max(u) <= ULP_BUDGET, f"max {max(u):.2f} ULP"))
+    return res
+
+
+def auto_line(picks: dict[str, dict]) -> str:
+    """The line to paste; a class the run did not measure keeps the seed's two_kernel."""
+    from harness.kernels.correction_variants import SHAPE_CLASSES
+
+    body = ", ".join(f'"{c}": "{picks[c]["variant"] if c in picks else "two_kernel"}"'
+                     for c, _, _ in SHAPE_CLASSES)
+    return f"AUTO_BY_CLASS = {{{body}}}"
+
+
+def _fmt(v, spec=".1f"):
+    return "" if v is None or v == "" else (format(v, spec) if isinstance(v, float) else str(v))
+
+
+def _cell(sel: dict, variant: str) -> str:
+    parts = []
+    for m in ("cold", "graph"):
+        r = sel.get((variant, m))
+        val = _num(r, "overhead_pct") if r else None
+        mark = "" if not r or r.get("correct") is not False else "!"
+        parts.append(f"{val:.0f}{mark}" if val is not None else (r["status"][:5] if r else "-"))
+    return " / ".join(parts)
+
+
+def render_markdown(rows, summary, picks, targets, header: list[str]) -> str:
+    lines = list(header) + ["", "## Summary per variant and mode", "",
+                            "| variant | mode | shapes | errors | incorrect | median overhead % | max overhead % "
+                            "| median overhead µs | median floor ratio | max corr ULP |", "|---" * 10 + "|"]
+    for s in summary:
+        lines.append(f"| {s['variant']} | {s['mode']} | {s['shapes']} | {s['errors']} | {s['incorrect']} | "
+                     f"{_fmt(s['median_overhead_pct'])} | {_fmt(s['max_overhead_pct'])} | "
+                     f"{_fmt(s['median_overhead_us'], '.2f')} | {_fmt(s['median_floor_ratio'], '.2f')} | "
+                     f"{_fmt(s['max_corr_ulp'], '.2f')} |")
+    lines += ["", "## Recommendation (fastest correct variant per shape class, mean of modes)", ""]
+    lines += [f"- {c}: **{p['variant']}** (median overhead {p['score_pct']:.1f}% over {p['shapes']} shapes)"
+              for c, p in picks.items()] or ["- none: no variant was correct and measured in every class"]
+    lines += ["", "```python", auto_line(picks), "```", "", "## Targets on that choice", ""]
+    lines += [f"- {'PASS' if ok else 'FAIL'}: {name} ({val})" for name, ok, val in targets]
+    variants = list(dict.fromkeys(r["variant"] for r in rows if r["variant"] != "marlin_only"))
+    lines += ["", "## Per shape: Marlin alone (µs) and each variant's overhead % (cold / graph)", "",
+              "| case | class | Marlin µs | " + " | ".join(variants) + " |", "|---" * (3 + len(variants)) + "|"]
+    for cid in dict.fromkeys(r["case_id"] for r in rows):
+        sel = {(r["variant"], r["mode"]): r for r in rows if r["case_id"] == cid}
+        any_row = next(iter(sel.values()))
+        m_us = " / ".join(_fmt(_num(sel[("marlin_only", m)], "time_us")) if ("marlin_only", m) in sel else "-"
+                          for m in ("cold", "graph"))
+        lines.append(f"| {cid} | {any_row['shape_class']} | {m_us} | " + " | ".join(_cell(sel, v) for v in variants) + " |")
+    lines += ["", "`!` = incorrect on that shape (excluded from the recommendation)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(out: Path, rows, extra: dict, header: list[str]) -> tuple[list, dict, list]:
+    import csv
+
+    from harness.kernels.correction_variants import CORRECTIONS
+
+    summary = summarize(rows)
+    picks = recommend(rows, [v for v in CORRECTIONS if any(r["variant"] == v for r in rows)])
+    targets = evaluate_targets(rows, picks)
+    with open(out / "correction_study.csv", "w", newline="") as fh:
+        wr = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        wr.writeheader()
+        wr.writerows(rows)
+    (out / "correction_study.md").write_text(render_markdown(rows, summary, picks, targets, header))
+    (out / "correction_study.json").write_text(json.dumps(
+        {**extra, "summary": summary, "picks": picks, "auto_line": auto_line(picks),
+         "targets": [{"target": n, "pass": ok, "value": v} for n, ok, v in targets]}, indent=2, default=str))
+    return summary, picks, targets
+
+
+# ----------------------------------------------------------------------------- GPU side
+def _weight_arrays(N, K, gs, seed):
+    from harness.cases.data import case_weight
+
+    w = case_weight(N, K, gs, seed)
+    return w.q.numpy(), w.scale.numpy(), w.zero.numpy()
+
+
+def _result(future, fn, *args):
+    """The pool's result, or ``fn(*args)`` here when there is no pool or it failed."""
+    if future is not None:
+        try:
+            return future.result()
+        except Exception:
+            pass
+    return fn(*args)
+
+
+def _acts_array(M, K, seed):
+    from harness.cases.data import generate_activations
+
+    return generate_activations(M, K, seed).numpy()
+
+
+class Study:
+    """The measurement state of one run (device, extension, settings, output)."""
+
+    def __init__(self, args, log):
+        import torch
+
+        from harness.kernels.build import extension
+        from harness.kernels.marlin_asym import MarlinAsymPath
+        from harness.measure.envinfo import sm_clock_reader
+        from harness.measure.timing import StopRule
+
+        self.args, self.log, self.torch = args, log, torch
+        self.dev = torch.device("cuda", torch.cuda.current_device())
+        self.ext = extension()
+        self.path = MarlinAsymPath(variant="two_kernel")
+        q = args.quick
+        self.rule = StopRule(warmup_ms=5.0 if q else 10.0, max_case_seconds=0.1 if q else 0.2,
+                             target_rel_spread=0.01, min_samples=5 if q else 8, max_samples=20 if q else 30)
+        self.read_clock = sm_clock_reader(self.dev)
+        self.floors: dict[str, float] = {}
+
+    def sync(self):
+        self.torch.cuda.synchronize(self.dev)
+
+    def step_for(self, ops, variant):
+        path = self.path
+        if variant == "marlin_only":
+            return ops.step_fn(path.run_marlin_only)
+        return ops.step_fn(lambda p, a, o, _v=variant: path.run_variant(p, a, o, _v))
+
+    def timed(self, mode, step, calls):
+        from harness.measure.timing import make_timer, time_batches
+
+        timer = make_timer(mode, step, calls, self.dev)
+        try:
+            return time_batches(timer, self.rule, self.read_clock, calls_per_batch=calls, mode=mode)
+        finally:
+            if hasattr(timer, "close"):
+                timer.close()
+
+    def host_us(self, step, calls):
+        n = min(calls, 256)
+        self.sync()
+        t = time.perf_counter()
+        for i in range(n):
+            step(i)
+        t = (time.perf_counter() - t) / n * 1e6
+        self.sync()
+        return t
+
+    def empty_floor(self, mode):
+        idx = self.dev.index
+        res = self.timed(mode, lambda i: self.ext.launch_empty(idx, False), 1000)
+        return res.stats.median
+
+    def check(self, prepared, A, variant, marlin_out, corr_ref, ref_full):
+        torch = self.torch
+        outs = []
+        for _ in range(2):
+            o = torch.full_like(marlin_out, float("nan"))
+            if variant == "marlin_only":
+                self.path.run_marlin_only(prepared, A, o)
+            else:
+                self.path.run_variant(prepared, A, o, variant)
+            outs.append(o)
+        self.sync()
+        o = outs[0].double()
+        ulps = correction_ulps(outs[0], marlin_out, corr_ref)
+        finite = torch.isfinite(ulps)
+        res = {"nonfinite": int((~torch.isfinite(o)).sum()),
+               "deterministic": bool(torch.equal(outs[0], outs[1])),
+               "max_corr_ulp": float(ulps[finite].max()) if bool(finite.any()) else math.inf,
+               "p99_corr_ulp": float(torch.quantile(ulps[finite].flatten()[:1 << 24].float(), 0.99))
+               if bool(finite.any()) else math.inf,
+               "rel_err": float((o - ref_full).abs().mean() / ref_full.abs().mean())}
+        if res["nonfinite"]:
+            res["max_corr_ulp"] = math.inf
+        return res
+
+    def measure_case(self, case, weight, A_cpu, variants) -> list[dict]:
+        torch = self.torch
+        from harness.kernels.reference import a_group_sum, reference_fp64
+        from harness.measure.ceilings import l2_cache_bytes
+        from harness.measure.roofline import bytes_moved
+        from harness.measure.rotation import build_operands, plan_copies, prepared_nbytes
+        from harness.measure.runner import FRESH_SEED_OFFSET, MIN_BATCH_US
+        from harness.measure.timing import choose_calls, make_timer
+
+        dev = self.dev
+        from harness.kernels.correction_variants import shape_class
+
+        base = {"case_id": case.id, "M": case.M, "N": case.N, "K": case.K, "group_size": case.group_size,
+                "shape_class": shape_class(case.M)}
+        w = weight.to(dev)
+        prepared = self.path.prepare(w, dev)
+        delta64 = prepared.state["pack"].delta.double()
+        checks: dict[str, dict] = {v: {} for v in variants}
+        gen = torch.Generator(device=dev).manual_seed(case.seed + FRESH_SEED_OFFSET)
+        A = A_cpu.to(dev)
+        for A_k in (A, torch.randn(case.M, case.K, device=dev, generator=gen).half()):
+            marlin_out = torch.full((case.M, case.N), float("nan"), dtype=torch.float16, device=dev)
+            self.path.run_marlin_only(prepared, A_k, marlin_out)
+            corr = a_group_sum(A_k, prepared.state["pack"].group_size) @ delta64
+            ref_full = reference_fp64(A_k, w)
+            for v in variants:
+                if checks[v].get("error"):
+                    continue
+                try:
+                    r = self.check(prepared, A_k, v, marlin_out, corr, ref_full)
+                except Exception as exc:  # recorded; the variant is not timed on this case
+                    self.sync()
+                    checks[v] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:240]}"}
+                    continue
+                old = checks[v]
+                checks[v] = {k: (max(old[k], r[k]) if k in old and k != "deterministic" else r[k]) for k in r}
+                checks[v]["deterministic"] = r["deterministic"] and old.get("deterministic", True)
+        for v, c in checks.items():
+            if "error" in c:
+                continue
+            if v in ("marlin_only", "empty", "empty_pdl"):   # no correction: only written + repeatable
+                c["correct"] = c["nonfinite"] == 0 and c["deterministic"]
+                c["max_corr_ulp"] = c["p99_corr_ulp"] = None
+            else:
+                c["correct"] = c["nonfinite"] == 0 and c["deterministic"] and c["max_corr_ulp"] <= ULP_BUDGET
+        per_call = bytes_moved("marlin_asym", case).total
+        mem = prepared_nbytes(prepared) + case.M * (case.K + case.N) * 2
+        plan = plan_copies(per_call, l2_cache_bytes(dev), max_copies=self.args.max_copies, mem_per_copy=mem)
+        ops = build_operands(prepared, A, plan.copies)
+        pilot = make_timer("cold" if dev.type == "cuda" else "cpu", self.step_for(ops, "marlin_only"), ops.copies, dev)
+        pilot()
+        per = max(pilot(), 1e-3)
+        rows = []
+        for mode in self.args.modes:
+            calls = choose_calls(per, ops.copies, MIN_BATCH_US[mode])
+            times: dict[str, object] = {}
+            order = ["marlin_only"] + [v for v in variants if v != "marlin_only"] + ["marlin_end"]
+            for v in order:
+                name = "marlin_only" if v == "marlin_end" else v
+                if checks.get(name, {}).get("error"):
+                    continue
+                try:
+                    step = self.step_for(ops, name)
+                    times[v] = (self.timed(mode, step, calls),
+                                self.host_us(step, calls) if mode == "cold" else None)
+                except Exception as exc:
+                    self.sync()
+                    checks[name] = {"error": f"{mode} timing: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
+            ends = [times[k][0].stats.median for k in ("marlin_only", "marlin_end") if k in times]
+            t_m = sum(ends) / len(ends) if ends else None      # Marlin bracketing the variants
+            floor = self.floors.get(mode)
+            for v in variants:
+                c = checks[v]
+                row = {**base, "variant": v, "mode": mode, "calls": calls, "copies": ops.copies,
+                       "l2_cold": plan.l2_cold, "marlin_us": t_m,
+                       "marlin_us_end": ends[-1] if len(ends) == 2 else None, "floor_us": floor,
+                       **{k: c.get(k) for k in ("correct", "max_corr_ulp", "p99_corr_ulp", "nonfinite",
+                                                "rel_err", "deterministic", "error")}}
+                if v not in times:
+                    row["status"] = "error"
+                    rows.append(row)
+                    continue
+                res, host = times[v]
+                s = res.stats
+                row.update(status="ok" if c.get("correct") else "incorrect", time_us=s.median, iqr_us=s.iqr,
+                           ci_lo_us=s.ci_lo, ci_hi_us=s.ci_hi, n_samples=s.n, stop_reason=res.stop_reason,
+                           host_us=host)
+                if t_m and v != "marlin_only":
+                    row["overhead_us"] = s.median - t_m
+                    row["overhead_pct"] = (s.median / t_m - 1.0) * 100.0
+                    if floor:
+                        row["floor_ratio"] = row["overhead_us"] / floor
+                rows.append(row)
+        for r in rows:  # the same shape's empty-kernel overhead: the marginal launch floor
+            ref = next((x for x in rows if x["mode"] == r["mode"] and x["variant"] ==
+                        ("empty_pdl" if r["variant"].endswith("_pdl") else "empty")), None)
+            marg = ref.get("overhead_us") if ref else None
+            if r.get("overhead_us") is not None and marg is not None and marg > 0.05:
+                r["marginal_floor_ratio"] = r["overhead_us"] / marg
+        del ops, prepared
+        self.ext.graph_cache_clear()
+        torch.cuda.empty_cache()
+        return rows
+
+
+# ----------------------------------------------------------------------------- sanity pass
+#: (M, N, K, group size): every tile configuration (RG 1/4/8, RM 1/2/4), per-row and g128,
+#: several column tiles per block (M100 N8192), > 48 KB of shared memory (M64 K8192 g128),
+#: Marlin's split into 64-row problems with padding (M100, M130).
+SANITY_SHAPES = ((1, 256, 1024, 128), (3, 512, 2048, 2048), (8, 768, 1024, 128), (13, 256, 4096, 128),
+                 (16, 512, 1024, 1024), (40, 768, 2048, 128), (64, 512, 8192, 128), (100, 8192, 2048, 128),
+                 (130, 512, 8192, 8192))
+
+
+def run_sanity(args) -> int:
+    """Child process: every variant on small shapes, eager and captured; JSON after each."""
+    import torch
+
+    from harness.cases.data import quantize_asymmetric
+    from harness.kernels.reference import a_group_sum, reference_fp64
+    from harness.measure.rotation import Operands
+
+    study = Study(args, print)
+    dev = study.dev
+    report: dict[str, dict] = {}
+    path_json = Path(args.sanity_json)
+    gen = torch.Generator(device=dev).manual_seed(1234)
+    for v in args.variants:
+        report[v] = {"started": True}
+        path_json.write_text(json.dumps(report))
+        worst, err, capture_err = 0.0, None, None
+        try:
+            for M, N, K, gs in SANITY_SHAPES:
+                w = quantize_asymmetric(torch.randn(K, N, device=dev, generator=gen) * 0.02, gs)
+                prepared = study.path.prepare(w, dev)
+                A = torch.randn(M, K, device=dev, generator=gen).half()
+                mo = torch.full((M, N), float("nan"), dtype=torch.float16, device=dev)
+                study.path.run_marlin_only(prepared, A, mo)
+                corr = a_group_sum(A, prepared.state["pack"].group_size) @ prepared.state["pack"].delta.double()
+                r = study.check(prepared, A, v, mo, corr, reference_fp64(A, w))
+                if v not in ("marlin_only", "empty", "empty_pdl"):
+                    worst = max(worst, r["max_corr_ulp"])
+                if r["nonfinite"] or not r["deterministic"]:
+                    err = err or f"M{M} N{N} K{K} g{gs}: {r}"
+        except Exception as exc:
+            err = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        if err is None:                        # captured into a CUDA graph and replayed
+            try:
+                out = torch.full((M, N), float("nan"), dtype=torch.float16, device=dev)
+                call = study.step_for(Operands([prepared], [A], [out]), v)
+                call(0)                        # outside the capture first (scratch, graphs)
+                study.sync()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    call(0)
+                out.fill_(float("nan"))
+                g.replay()
+                study.sync()
+                if not bool(torch.isfinite(out).all()):
+                    capture_err = "graph replay left unwritten elements"
+            except Exception as exc:
+                capture_err = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        report[v] = {"started": True, "done": True, "error": err, "capture_error": capture_err,
+                     "max_corr_ulp": worst}
+        path_json.write_text(json.dumps(report))
+        try:
+            study.sync()
+        except Exception:      # a sticky CUDA error: the parent reruns the rest in a fresh child
+            sys.stdout.flush()
+            os._exit(3)
+    return 0
+
+
+def sanity_pass(args, out: Path, log) -> dict[str, str]:
+    """Run the sanity child until every variant has a verdict; {variant: error} for failures."""
+    todo, failed, verdicts = list(args.variants), {}, {}
+    while todo:
+        js = out / f"sanity-{len(verdicts)}.json"
+        cmd = [sys.executable, "-m", "harness.measure.correction_study", "--out", str(out), "--sanity-json",
+               str(js), "--variants", ",".join(todo)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.sanity_timeout_s)
+            tail = (proc.stdout + proc.stderr)[-2000:]
+        except subprocess.TimeoutExpired:
+            tail = f"timed out after {args.sanity_timeout_s} s"
+        rep = json.loads(js.read_text()) if js.is_file() else {}
+        for v in todo:
+            r = rep.get(v)
+            if r and r.get("done"):
+                verdicts[v] = r
+                if r.get("error"):
+                    failed[v] = r["error"]
+            elif r and r.get("started"):
+                last = " | ".join(tail.strip().splitlines()[-3:])
+                verdicts[v] = {"error": f"sanity child died in this variant: {last}"}
+                failed[v] = verdicts[v]["error"]
+        left = [v for v in todo if v not in verdicts]
+        if len(left) == len(todo):        # the child failed before any variant: inconclusive
+            log("sanity pass inconclusive (the child failed before testing a variant); measuring "
+                "every variant anyway. Its output ends: " + " | ".join(tail.strip().splitlines()[-3:]))
+            break
+        todo = left
+    failed.pop("marlin_only", None)       # the baseline is always measured
+    for v in args.variants:
+        r = verdicts.get(v, {})
+        verdict = f"FAIL: {failed[v]}" if v in failed else ("ok" if v in verdicts else "untested")
+        log(f"sanity {v:16s} {verdict}"
+            + (f" (max corr ULP {r['max_corr_ulp']:.2f})" if r.get("max_corr_ulp") is not None else "")
+            + (f"; graph capture FAILED: {r['capture_error']}" if r.get("capture_error") else ""))
+    return failed
+
+
+# ----------------------------------------------------------------------------- main
+def parse_args(argv=None):
+    from harness.kernels.correction_variants import STUDIED, check_variant_name
+
+    p = argparse.ArgumentParser(prog="python3 -m harness.measure.correction_study", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="output folder (created)")
+    p.add_argument("--matrix", default="production")
+    p.add_argument("--filter", default=None, help="case filter expression (see `harness cases`)")
+    p.add_argument("--variants", default=",".join(v for v in STUDIED if v != "marlin_only"))
+    p.add_argument("--modes", default="cold,graph")
+    p.add_argument("--budget-s", type=float, default=170.0, help="stop starting cases after this wall time")
+    p.add_argument("--max-copies", type=int, default=256)
+    p.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
+    p.add_argument("--no-sanity", action="store_true", help="skip the crash-isolated sanity pass")
+    p.add_argument("--sanity-timeout-s", type=float, default=120.0)
+    p.add_argument("--sanity-json", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    a.variants = [check_variant_name(v.strip(), "--variants") for v in a.variants.split(",") if v.strip()]
+    if not a.sanity_json:
+        a.variants = ["marlin_only"] + [v for v in a.variants if v != "marlin_only"]
+    a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    for m in a.modes:
+        if m not in ("cold", "graph"):
+            p.error(f"--modes: {m!r} is not cold or graph")
+    return a
+
+
+def main(argv=None) -> int:
+    global T0
+    T0 = time.monotonic()              # --budget-s counts from here
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.sanity_json:
+        return run_sanity(args)
+    logf = open(out / "log.txt", "a", buffering=1)
+
+    def log(msg: str) -> None:
+        line = f"[{time.monotonic() - T0:6.1f}s] {msg}"
+        print(line, flush=True)
+        logf.write(line + "\n")
+
+    import torch
+
+    if torch.version.cuda is None or not torch.cuda.is_available():
+        why = f"no CUDA GPU visible to torch {torch.__version__}: the study measures GPUs only"
+        log(why)
+        (out / "UNAVAILABLE.txt").write_text(why + "\n")
+        return 2
+    import harness.cases.matrices  # noqa: F401  (registers the matrices)
+    from harness.cases.data import QuantizedWeight
+    from harness.cases.registry import MATRICES
+
+    cases, skipped = [], []
+    for c in MATRICES.cases(args.matrix, args.filter):
+        (skipped if marlin_accepts(c) else cases).append(c)
+    order = {m: i for i, m in enumerate((1, 16, 64, 256, 1024, 32, 128))}
+    cases.sort(key=lambda c: (order.get(c.M, 99), c.M, c.N, c.K, c.group_size))
+    log(f"{len(cases)} cases Marlin accepts in {args.matrix!r} ({len(skipped)} left out); variants {args.variants}")
+    shapes = sorted({(c.N, c.K, c.group_size, c.seed) for c in cases})
+    pool, futures = None, {}
+    try:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        pool = ProcessPoolExecutor(max_workers=max(1, min(8, (os.cpu_count() or 2) - 2)),
+                                   mp_context=multiprocessing.get_context("spawn"))
+        futures = {s: pool.submit(_weight_arrays, *s) for s in shapes}
+        futures.update({c.id: pool.submit(_acts_array, c.M, c.K, c.seed) for c in cases})
+    except Exception as exc:  # e.g. no /dev/shm: generate in this process instead
+        log(f"data generation pool unavailable ({exc}); generating serially")
+    from harness.kernels.build import BuildError, build_info, extension
+
+    try:
+        ext = extension()
+    except BuildError as exc:
+        log(f"extension unavailable: {exc}")
+        (out / "UNAVAILABLE.txt").write_text(str(exc) + "\n")
+        return 2
+    info = build_info()
+    log(f"extension {'cached' if info.cached else 'built'} in {info.build_seconds:.1f} s; marlin: {info.with_marlin}")
+    if not ext.has_marlin():
+        (out / "UNAVAILABLE.txt").write_text(f"Marlin not compiled in: {info.marlin_reason}\n")
+        log(f"Marlin not compiled in: {info.marlin_reason}")
+        return 2
+    from harness.kernels.correction_variants import check_extension_names
+
+    check_extension_names(ext.correction_variant_names())
+    failed = {} if args.no_sanity else sanity_pass(args, out, log)
+    variants = [v for v in args.variants if v not in failed]
+    study = Study(args, log)
+    study.floors = {m: study.empty_floor(m) for m in args.modes}
+    log("empty kernel alone, per call: " + ", ".join(f"{m} {t:.2f} us" for m, t in study.floors.items())
+        + f"; PDL supported: {ext.pdl_supported(study.dev.index)}")
+    from harness.measure.envinfo import environment
+
+    env = environment(study.dev)
+    header = ["# Correction variants of marlin_asym", "",
+              f"Device {env.get('gpu_name')} (SM {env.get('compute_capability')}), driver {env.get('driver')}, "
+              f"torch {env['torch']}, CUDA {env['cuda']}, quanto {env.get('quanto')}, commit {env.get('commit')}, "
+              f"{env['date']}.", f"Command: `python3 -m harness.measure.correction_study {' '.join(argv or sys.argv[1:])}`",
+              "Empty kernel alone per call: " + ", ".join(f"{m} {t:.2f} µs" for m, t in study.floors.items())
+              + f". Sanity failures (not measured): {failed or 'none'}. Stop rule: {study.rule}."]
+    extra = {"environment": env, "build": info.__dict__, "floors_us": study.floors, "sanity_failed": failed,
+             "skipped_cases": [c.id for c in skipped], "variants": variants}
+    rows: list[dict] = []
+    durations: list[float] = []
+    for i, case in enumerate(cases):
+        est = statistics.median(durations) if durations else 0.0
+        if time.monotonic() - T0 + est > args.budget_s:
+            log(f"budget of {args.budget_s:.0f} s reached: {len(cases) - i} cases not measured")
+            extra["not_measured"] = [c.id for c in cases[i:]]
+            break
+        t_case = time.monotonic()
+        key = (case.N, case.K, case.group_size, case.seed)
+        try:
+            q, s, z = _result(futures.get(key), _weight_arrays, *key)
+            weight = QuantizedWeight(torch.from_numpy(q), torch.from_numpy(s), torch.from_numpy(z),
+                                     case.group_size)
+            A = torch.from_numpy(_result(futures.get(case.id), _acts_array, case.M, case.K, case.seed))
+            new = study.measure_case(case, weight, A, variants)
+        except Exception as exc:
+            log(f"{case.id}: FAILED {type(exc).__name__}: {exc}")
+            try:
+                torch.cuda.synchronize()
+            except Exception:
+                log("the CUDA context is unusable: stopping; results so far are written")
+                break
+            continue
+        rows += new
+        durations.append(time.monotonic() - t_case)
+        best = min((r for r in new if r.get("overhead_pct") is not None and r.get("correct")
+                    and r["variant"] not in ("empty", "empty_pdl")),
+                   key=lambda r: r["overhead_pct"], default=None)
+        m = {r["mode"]: r["marlin_us"] for r in new if r["variant"] == "marlin_only"}
+        log(f"{case.id:28s} marlin " + " / ".join(f"{_fmt(m.get(k))}" for k in args.modes) + " us; best "
+            + (f"{best['variant']} {best['mode']} {best['overhead_pct']:+.1f}%" if best else "-")
+            + f" ({durations[-1]:.1f} s)")
+        write_outputs(out, rows, extra, header)
+    if pool is not None:
+        pool.shutdown(cancel_futures=True)
+    extra["pdl_fallbacks"] = int(ext.pdl_fallbacks())
+    header.append(f"PDL launches refused by the driver and relaunched plainly: {extra['pdl_fallbacks']}.")
+    summary, picks, targets = write_outputs(out, rows, extra, header)
+    log("summary (variant, mode: median / max overhead %, median floor ratio, max corr ULP):")
+    for s in summary:
+        log(f"  {s['variant']:16s} {s['mode']:5s} {_fmt(s['median_overhead_pct']):>7s} / "
+            f"{_fmt(s['max_overhead_pct']):>7s}  {_fmt(s['median_floor_ratio'], '.2f'):>6s}  "
+            f"{_fmt(s['max_corr_ulp'], '.2f'):>6s}  errors {s['errors']} incorrect {s['incorrect']}")
+    log("Recommendation: " + (", ".join(f"{c} -> {p['variant']} ({p['score_pct']:.1f}%)" for c, p in picks.items())
+                              or "none"))
+    log("paste into harness/kernels/correction_variants.py: " + auto_line(picks))
+    for name, ok, val in targets:
+        log(f"  {'PASS' if ok else 'FAIL'} {name}: {val}")
+    log(f"wrote {out / 'correction_study.csv'}, .md, .json")
+    return 0 if rows else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

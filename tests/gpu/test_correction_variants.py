@@ -1,0 +1,310 @@
+"""GPU tests of the correction variants of ``marlin_asym`` (marker ``gpu``; each test skips
+with its reason when there is no GPU, no build or no quanto Marlin).
+
+Every variant, on the parity chain's shapes, against exact arithmetic: the output minus
+(Marlin's own output + a_sum64 @ delta64) within 2 fp16 ULPs of the operands' scale, every
+element written (NaN-poisoned outputs), the accuracy gate vs the fp64 reference; the tiled
+kernels bit for bit equal to each other; planted defects (flags, TEST_DEFECT) caught under
+every variant; Marlin's rc passed through; the graph cache, the grow-only scratch, graph
+capture of every variant, the environment switch and ``auto``; one smoke run of the study.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+import harness.cases.matrices  # noqa: F401  (registers the matrices)
+from harness.cases.data import case_data, quantize_asymmetric
+from harness.cases.registry import MATRICES
+from harness.kernels import correction_variants as cv
+from harness.kernels import marlin_asym
+from harness.kernels.marlin_asym import MarlinAsymPath, marlin_mm_asymmetric, new_workspace
+from harness.kernels.marlin_pack import marlin_pack_asymmetric
+from harness.kernels.reference import a_group_sum, apply_marlin_correction, reference_fp64
+from harness.measure.accuracy import accuracy_stats
+from harness.measure.correction_study import correction_ulps
+
+pytestmark = pytest.mark.gpu
+
+PARITY = MATRICES.cases("parity")
+EXT_CORRECTIONS = [v for v in cv.CORRECTIONS if v != "two_kernel"]
+TILED = ("side_stream", "fused", "fused_pdl")
+
+
+def _cases(tag):
+    return [c for c in PARITY if tag in c.tags]
+
+
+def _poison(M, N, device):
+    return torch.full((M, N), float("nan"), dtype=torch.float16, device=device)
+
+
+def _corr(A, prepared):
+    pack = prepared.state["pack"]
+    return a_group_sum(A, pack.group_size) @ pack.delta.double()
+
+
+@pytest.fixture(scope="module")
+def mm(marlin_ext, cuda_device):
+    out = {}
+    for case in _cases("mm_asym"):
+        data = case_data(case)
+        A, w = data.A.to(cuda_device), data.weight.to(cuda_device)
+        prepared = MarlinAsymPath(variant="two_kernel").prepare(w, cuda_device)
+        out[case.id] = (case, A, w, prepared, reference_fp64(A, w))
+    return out
+
+
+def _run(variant, prepared, A, device):
+    out = _poison(A.shape[0], prepared.N, device)
+    path = MarlinAsymPath(variant=variant)
+    if variant == "marlin_only":
+        path.run_marlin_only(prepared, A, out)
+    else:
+        path.run_variant(prepared, A, out, variant)
+    torch.cuda.synchronize()
+    return out
+
+
+def _marlin_only(prepared, A, device):
+    return _run("marlin_only", prepared, A, device)
+
+
+def test_extension_variant_table_matches_python(marlin_ext, cuda_device):
+    cv.check_extension_names(marlin_ext.correction_variant_names())
+    major, _ = torch.cuda.get_device_capability(cuda_device)
+    assert marlin_ext.pdl_supported(cuda_device.index) == (major >= 9)
+
+
+def test_pdl_launches_are_not_refused(ext, cuda_device):
+    before = ext.pdl_fallbacks()
+    for stream in (torch.cuda.current_stream(cuda_device), torch.cuda.Stream(cuda_device)):
+        with torch.cuda.stream(stream):
+            ext.launch_empty(cuda_device.index, True)
+            A = torch.randn(4, 1024, device=cuda_device).half()
+            C = torch.zeros(4, 256, dtype=torch.float16, device=cuda_device)
+            ext.correction_variant(A, C, torch.ones(8, 256, device=cuda_device), cv.ext_id("fused_pdl"))
+    torch.cuda.synchronize()
+    assert ext.pdl_fallbacks() == before, "the driver refused the PDL attribute (relaunched plainly)"
+
+
+def test_lean_marlin_only_equals_the_provider_call(mm, marlin_ext, cuda_device):
+    case, A, _, prepared, _ = next(iter(mm.values()))
+    lean = _marlin_only(prepared, A, cuda_device)
+    C = _poison(case.M, case.N, cuda_device)
+    pack = prepared.state["pack"]
+    rc = marlin_ext.marlin_gemm(A, pack.B, C, pack.scales, pack.sz, prepared.state["workspace"],
+                                pack.marlin_groupsize)
+    torch.cuda.synchronize()
+    assert rc == 0 and torch.equal(lean, C)
+
+
+@pytest.mark.parametrize("variant", cv.CORRECTIONS)
+@pytest.mark.parametrize("case_id", [c.id for c in _cases("mm_asym")])
+def test_variant_within_2_ulp_of_exact_correction(variant, case_id, mm, cuda_device, gates):
+    case, A, _, prepared, ref = mm[case_id]
+    marlin = _marlin_only(prepared, A, cuda_device)
+    out = _run(variant, prepared, A, cuda_device)
+    assert bool(torch.isfinite(out).all()), "unwritten or NaN elements"
+    ulps = correction_ulps(out, marlin, _corr(A, prepared))
+    assert float(ulps.max()) <= 2.0, (variant, float(ulps.max()))
+    again = _run(variant, prepared, A, cuda_device)
+    assert torch.equal(out, again), "not bitwise repeatable"
+    gates[1](accuracy_stats(out, ref), "marlin_asym", case.per_row)   # may xfail: Marlin's own error
+
+
+def _corr_inputs(case, device):
+    data = case_data(case)
+    w = data.weight.to(device)
+    pack = marlin_pack_asymmetric(w, formula="q_minus_8")
+    A = data.A.to(device)
+    C0 = (A.float() @ w.dequantize(torch.float32) * 0.5).half()   # a Marlin-like output
+    return A, C0, pack
+
+
+@pytest.mark.parametrize("variant", ["two_kernel_lean", "side_stream", "fused", "fused_pdl"])
+@pytest.mark.parametrize("case", _cases("corr_kernel"), ids=lambda c: c.id)
+def test_correction_alone_matches_python(variant, case, ext, cuda_device):
+    A, C0, pack = _corr_inputs(case, cuda_device)
+    C = C0.clone()
+    ext.correction_variant(A, C, pack.delta, cv.ext_id(variant))
+    torch.cuda.synchronize()
+    ref = apply_marlin_correction(C0, A, pack.delta, pack.group_size)
+    assert float(correction_ulps(C, C0, ref - C0.double()).max()) <= 2.0
+
+
+@pytest.mark.parametrize("M", [1, 2, 3, 8, 13, 16, 40, 100, 300])
+@pytest.mark.parametrize("gs,K", [(128, 2048), (2048, 2048), (128, 8192)])
+def test_tiled_kernels_agree_bit_for_bit(M, gs, K, ext, cuda_device):
+    """Same bits from all three; K8192 g128 at M > 16 needs > 48 KB of shared memory."""
+    gen = torch.Generator(device=cuda_device).manual_seed(M * 7 + gs + K)
+    N = 8192 if M == 100 else 1024                   # M100 N8192: several column tiles per block
+    w = quantize_asymmetric(torch.randn(K, N, device=cuda_device, generator=gen) * 0.02, gs)
+    pack = marlin_pack_asymmetric(w)
+    A = torch.randn(M, K, device=cuda_device, generator=gen).half()
+    C0 = torch.randn(M, N, device=cuda_device, generator=gen).half()
+    outs = {}
+    for v in TILED:
+        C = C0.clone()
+        ext.correction_variant(A, C, pack.delta, cv.ext_id(v))
+        outs[v] = C
+    torch.cuda.synchronize()
+    assert torch.equal(outs["fused"], outs["side_stream"]) and torch.equal(outs["fused"], outs["fused_pdl"])
+    ref = apply_marlin_correction(C0, A, pack.delta, pack.group_size)
+    assert float(correction_ulps(outs["fused"], C0, ref - C0.double()).max()) <= 2.0
+
+
+@pytest.mark.parametrize("flags", [1, 2], ids=["fp16_accum", "skip_last_tile"])
+@pytest.mark.parametrize("variant", ["two_kernel_lean", "side_stream", "fused", "fused_pdl"])
+def test_planted_flags_are_caught_under_every_variant(variant, flags, ext, cuda_device):
+    case = _cases("corr_kernel")[3]                          # M31 N1024 K4096 g128
+    A, C0, pack = _corr_inputs(case, cuda_device)
+    corr = apply_marlin_correction(C0, A, pack.delta, pack.group_size) - C0.double()
+    C = C0.clone()
+    ext.correction_variant(A, C, pack.delta, cv.ext_id(variant), flags)
+    assert float(correction_ulps(C, C0, corr).max()) > 2.0
+    C = C0.clone()
+    ext.correction_variant(A, C, pack.delta, cv.ext_id(variant), 0)
+    assert float(correction_ulps(C, C0, corr).max()) <= 2.0
+
+
+@pytest.mark.parametrize("variant", EXT_CORRECTIONS)
+def test_planted_defects_fail_under_every_variant(variant, mm, cuda_device):
+    case, A, _, prepared, ref = mm[[c.id for c in _cases("mm_asym")][-1]]
+    marlin = _marlin_only(prepared, A, cuda_device)
+    corr = _corr(A, prepared)
+    with marlin_asym.planted_defect(flags=1):
+        assert float(correction_ulps(_run(variant, prepared, A, cuda_device), marlin, corr).max()) > 2.0
+    for defect in ("delta_wrong_sign", "correction_twice"):
+        with marlin_asym.planted_defect(defect):
+            out = _run(variant, prepared, A, cuda_device)
+        acc = accuracy_stats(out, ref)
+        assert acc.nonfinite == 0 and not acc.passes(1e-3), (defect, acc)
+
+
+@pytest.mark.parametrize("variant", EXT_CORRECTIONS)
+def test_marlin_rc_is_returned_and_the_correction_skipped(variant, mm, cuda_device):
+    case, A, w, prepared, _ = next(v for v in mm.values() if v[0].per_row)
+    C = _poison(case.M, case.N, cuda_device)
+    rc = marlin_mm_asymmetric(A, prepared.state["pack"], C, prepared.state["workspace"],
+                              groupsize=case.K, variant=variant)   # the untranslated per-row size
+    assert rc == 2
+
+
+def test_graph_variant_caches_one_graph_per_buffer_set(mm, marlin_ext, cuda_device):
+    case, A, _, prepared, _ = next(iter(mm.values()))
+    marlin_ext.graph_cache_clear()
+    assert marlin_ext.graph_cache_size() == 0
+    out = _poison(case.M, case.N, cuda_device)
+    path = MarlinAsymPath(variant="graph")
+    expect = _run("two_kernel_lean", prepared, A, cuda_device)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        path.run_variant(prepared, A, out, "graph")
+        torch.cuda.synchronize()
+        assert torch.equal(out, expect)               # a replay, not a stale result
+    assert marlin_ext.graph_cache_size() == 1
+    other = _poison(case.M, case.N, cuda_device)
+    path.run_variant(prepared, A, other, "graph")
+    assert marlin_ext.graph_cache_size() == 2
+    marlin_ext.graph_cache_clear()
+    assert marlin_ext.graph_cache_size() == 0
+
+
+@pytest.mark.parametrize("variant", ["marlin_only"] + list(cv.CORRECTIONS) + list(cv.FLOORS))
+def test_every_variant_captures_into_a_cuda_graph(variant, mm, marlin_ext, cuda_device):
+    case, A, _, prepared, _ = mm[[c.id for c in _cases("mm_asym")][-1]]
+    expect = _run(variant, prepared, A, cuda_device)
+    out = _poison(case.M, case.N, cuda_device)
+    path = MarlinAsymPath()
+
+    def call():
+        if variant == "marlin_only":
+            path.run_marlin_only(prepared, A, out)
+        else:
+            path.run_variant(prepared, A, out, variant)
+
+    call()                                             # outside the capture first
+    torch.cuda.synchronize()
+    cached = marlin_ext.graph_cache_size()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        call()
+    assert marlin_ext.graph_cache_size() == cached     # inside a capture: no nested graph
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, expect)
+
+
+def test_unsupported_problem_says_why(ext, cuda_device):
+    A = torch.randn(1, 256, device=cuda_device).half()
+    C = torch.zeros(1, 100, dtype=torch.float16, device=cuda_device)
+    delta = torch.ones(2, 100, device=cuda_device)
+    with pytest.raises(RuntimeError, match="N % 8"):
+        ext.correction_variant(A, C, delta, cv.ext_id("fused"))
+    ext.correction_variant(A, C, delta, cv.ext_id("two_kernel_lean"))   # the seed's kernels run it
+    torch.cuda.synchronize()
+    assert torch.allclose(C.float(), A.float().sum(1, keepdim=True).expand(1, 100), rtol=2e-3, atol=2e-3)
+
+
+def test_variant_scratch_grows_and_keeps_old_buffers(ext, cuda_device):
+    dev = cuda_device.index
+    ext.variant_scratch_free(dev)
+    assert ext.variant_scratch_state(dev) == (0, 0, 0, 0)
+    for M, grows in ((1, 1), (1, 1), (600, 2)):
+        A = torch.randn(M, 8192, device=cuda_device).half()
+        C = torch.zeros(M, 256, dtype=torch.float16, device=cuda_device)
+        ext.correction_variant(A, C, torch.ones(64, 256, device=cuda_device), cv.ext_id("side_stream"))
+        ptr, cap, n, retired = ext.variant_scratch_state(dev)
+        assert n == grows and retired == grows - 1 and cap >= M * 64 * 4
+    torch.cuda.synchronize()
+    ext.variant_scratch_free(dev)
+    assert ext.variant_scratch_state(dev) == (0, 0, 0, 0)
+
+
+def test_environment_and_auto_select_the_variant(mm, marlin_ext, cuda_device, monkeypatch):
+    by_m = {v[0].M: v for v in mm.values()}
+    case16, A16, w16, _, _ = by_m[16]
+    case64, A64, w64, _, _ = by_m[64]
+    marlin_ext.graph_cache_clear()
+    monkeypatch.setenv(cv.VARIANT_ENV, "graph")
+    p16 = MarlinAsymPath().prepare(w16, cuda_device)
+    assert p16.state["variant"] == "graph"
+    MarlinAsymPath().run(p16, A16, _poison(case16.M, case16.N, cuda_device))
+    assert marlin_ext.graph_cache_size() == 1
+    monkeypatch.setattr(cv, "AUTO_BY_CLASS", {"decode": "graph", "mid": "fused", "large": "fused"})
+    monkeypatch.setenv(cv.VARIANT_ENV, "auto")
+    a16, a64 = MarlinAsymPath().prepare(w16, cuda_device), MarlinAsymPath().prepare(w64, cuda_device)
+    assert a16.state["variant"] == a64.state["variant"] == "auto"
+    out = MarlinAsymPath().run(a64, A64, _poison(case64.M, case64.N, cuda_device))
+    torch.cuda.synchronize()
+    assert marlin_ext.graph_cache_size() == 1          # mid -> fused: no graph
+    assert bool(torch.isfinite(out).all())
+    MarlinAsymPath().run(a16, A16, _poison(case16.M, case16.N, cuda_device))
+    assert marlin_ext.graph_cache_size() == 2          # decode -> graph
+    marlin_ext.graph_cache_clear()
+
+
+def test_workspace_helper_still_matches_marlin(cuda_device):
+    assert new_workspace(2048, cuda_device).numel() == 2048 // 128 * 16
+
+
+def test_study_smoke_run(marlin_ext, gpu_out_dir):
+    from harness.measure import correction_study
+
+    out = gpu_out_dir / "correction_study_smoke"
+    rc = correction_study.main(["--out", str(out), "--quick", "--no-sanity", "--filter",
+                                "M == 1 and N == 2048 and K == 2048 and group_size == 128"])
+    assert rc == 0
+    with open(out / "correction_study.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == len(cv.STUDIED) * 2
+    assert {r["variant"] for r in rows} == set(cv.STUDIED)
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert float(r["time_us"]) > 0
+    assert "Recommendation" in (out / "correction_study.md").read_text()

@@ -1,0 +1,296 @@
+"""CPU tests of the correction variants: the variant table (and its agreement with the CUDA
+source), selection (argument, environment, default, auto by shape class), the path's
+handling of a variant, the study's accuracy metric, aggregation, recommendation, targets
+and report files, and its behaviour without a GPU."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from harness.cases.case import GemmCase
+from harness.cases.data import case_data
+from harness.kernels import correction_variants as cv
+from harness.kernels import marlin_asym
+from harness.kernels.marlin_asym import MarlinAsymPath
+from harness.measure import correction_study as study
+from harness.measure.accuracy import ulp_size
+
+CSRC = Path(cv.__file__).resolve().parent / "csrc"
+CPU = torch.device("cpu")
+
+
+# ------------------------------------------------------------------ variant table
+def test_ext_ids_are_positions_in_ext_variants():
+    for name, v in cv.VARIANTS.items():
+        if v.ext_id is not None:
+            assert cv.EXT_VARIANTS[v.ext_id] == name
+    assert {n for n, v in cv.VARIANTS.items() if v.ext_id is not None} == set(cv.EXT_VARIANTS)
+    assert cv.CORRECTIONS == ("two_kernel", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl")
+    assert cv.STUDIED[0] == "marlin_only" and set(cv.FLOORS) == {"empty", "empty_pdl"}
+
+
+def test_python_table_matches_the_cuda_source():
+    header = (CSRC / "harness_kernels.h").read_text()
+    enum = re.search(r"enum CorrectionVariant : int \{(.*?)\};", header, re.S).group(1)
+    ids = {name: int(val) for name, val in re.findall(r"(kVariant\w+) = (\d+)", enum)}
+    assert ids["kVariantCount"] == len(cv.EXT_VARIANTS)
+    src = (CSRC / "correction_variants.cu").read_text()
+    names = re.search(r"names\[kVariantCount\] = \{(.*?)\};", src, re.S).group(1)
+    assert tuple(re.findall(r'"(\w+)"', names)) == cv.EXT_VARIANTS
+    camel = {n: "kVariant" + "".join(p.capitalize() for p in n.split("_")) for n in cv.EXT_VARIANTS}
+    camel["fused_pdl"], camel["empty_pdl"] = "kVariantFusedPdl", "kVariantEmptyPdl"
+    for i, n in enumerate(cv.EXT_VARIANTS):
+        assert ids[camel[n]] == i, n
+
+
+def test_check_extension_names_catches_a_mismatch():
+    cv.check_extension_names(list(cv.EXT_VARIANTS))
+    with pytest.raises(cv.CorrectionVariantError, match="EXT_VARIANTS"):
+        cv.check_extension_names(list(cv.EXT_VARIANTS[:-1]))
+
+
+# ------------------------------------------------------------------ selection
+@pytest.mark.parametrize("M,cls", [(1, "decode"), (16, "decode"), (17, "mid"), (32, "mid"), (256, "mid"),
+                                   (257, "large"), (1024, "large")])
+def test_shape_class_bounds(M, cls):
+    assert cv.shape_class(M) == cls
+
+
+@pytest.mark.parametrize("bad", [0, -3, True, 2.0])
+def test_shape_class_rejects_bad_m(bad):
+    with pytest.raises(cv.CorrectionVariantError, match="M:"):
+        cv.shape_class(bad)
+
+
+def test_resolve_variant_argument_then_env_then_default(monkeypatch):
+    monkeypatch.delenv(cv.VARIANT_ENV, raising=False)
+    assert cv.resolve_variant(None, "two_kernel") == "two_kernel"
+    monkeypatch.setenv(cv.VARIANT_ENV, "fused_pdl")
+    assert cv.resolve_variant(None, "two_kernel") == "fused_pdl"
+    assert cv.resolve_variant("side_stream", "two_kernel") == "side_stream"
+    monkeypatch.setenv(cv.VARIANT_ENV, "nonsense")
+    with pytest.raises(cv.CorrectionVariantError, match=r"\$HARNESS_CORRECTION_VARIANT"):
+        cv.resolve_variant(None, "two_kernel")
+    with pytest.raises(cv.CorrectionVariantError, match="variant: 'bogus'"):
+        cv.resolve_variant("bogus", "two_kernel")
+
+
+def test_auto_follows_auto_by_class(monkeypatch):
+    monkeypatch.setattr(cv, "AUTO_BY_CLASS", {"decode": "fused_pdl", "mid": "side_stream", "large": "graph"})
+    assert [cv.concrete_variant("auto", m) for m in (1, 64, 1024)] == ["fused_pdl", "side_stream", "graph"]
+    assert cv.concrete_variant("fused", 1024) == "fused"
+    monkeypatch.setattr(cv, "AUTO_BY_CLASS", {"decode": "auto", "mid": "x"})
+    with pytest.raises(cv.CorrectionVariantError, match="AUTO_BY_CLASS"):
+        cv.concrete_variant("auto", 64)
+    assert cv.concrete_variant("auto", 1024) == "two_kernel"     # a class left out
+
+
+def test_ext_id():
+    assert cv.ext_id("two_kernel") is None and cv.ext_id("fused_pdl") == 5
+    with pytest.raises(cv.CorrectionVariantError, match="auto"):
+        cv.ext_id("auto")
+
+
+def test_default_variant_is_the_seed_until_measured():
+    assert marlin_asym.DEFAULT_VARIANT == "two_kernel"
+    assert set(cv.AUTO_BY_CLASS) == {c for c, _, _ in cv.SHAPE_CLASSES}
+
+
+# ------------------------------------------------------------------ the path
+@pytest.fixture(scope="module")
+def small_case():
+    return case_data(GemmCase(M=3, N=256, K=512, group_size=128, seed=5))
+
+
+def test_path_rejects_an_unknown_variant():
+    with pytest.raises(cv.CorrectionVariantError, match="variant: 'fastest'"):
+        MarlinAsymPath(variant="fastest")
+
+
+def test_path_records_the_variant_and_cpu_emulation_is_unchanged(small_case, monkeypatch):
+    monkeypatch.delenv(cv.VARIANT_ENV, raising=False)
+    data = small_case
+    base = MarlinAsymPath().prepare(data.weight, CPU)
+    assert base.state["variant"] == "two_kernel"
+    fused = MarlinAsymPath(variant="fused").prepare(data.weight, CPU)
+    assert fused.state["variant"] == "fused"
+    assert "fused" in MarlinAsymPath(variant="fused").implementation(CPU)
+    a = torch.empty(data.case.M, data.case.N, dtype=torch.float64)
+    b = torch.empty_like(a)
+    MarlinAsymPath().run(base, data.A, a)
+    MarlinAsymPath(variant="fused").run(fused, data.A, b)
+    assert torch.equal(a, b)
+    monkeypatch.setenv(cv.VARIANT_ENV, "side_stream")
+    assert MarlinAsymPath().prepare(data.weight, CPU).state["variant"] == "side_stream"
+
+
+def test_upstream_provider_runs_two_kernel_only(small_case, monkeypatch):
+    monkeypatch.setenv("HARNESS_MARLIN_PROVIDER", "upstream")
+    monkeypatch.delenv(cv.VARIANT_ENV, raising=False)
+    assert MarlinAsymPath().prepare(small_case.weight, CPU).state["provider"] == "upstream"
+    with pytest.raises(cv.CorrectionVariantError, match="quanto provider"):
+        MarlinAsymPath(variant="fused").prepare(small_case.weight, CPU)
+
+
+# ------------------------------------------------------------------ the study's metric
+def test_fp16_ulp_matches_the_harness_ulp_size():
+    x = np.array([0.0, 2.0 ** -30, 2.0 ** -24, 3e-6, 2.0 ** -14, 0.1, 0.5, 1.0, 1.5, 2.0, 1000.0, 65504.0, 7e4])
+    got = study.fp16_ulp(torch.from_numpy(-x)).numpy()
+    assert np.array_equal(got, ulp_size(x, "float16"))
+
+
+def test_correction_ulps_counts_ulps_of_the_operand_scale():
+    marlin = torch.tensor([[1.0, 1024.0, 3.0]], dtype=torch.float16)
+    corr = torch.tensor([[0.25, 1.0, -2.99951171875]], dtype=torch.float64)   # last: cancellation
+    exact = marlin.double() + corr
+    out = exact.clone()
+    out[0, 0] += 2.0 ** -10                      # one ulp of 1.25 (binade [1, 2))
+    out[0, 1] += 3 * 2.0 ** 0                    # three ulps of 1025 (binade [1024, 2048))
+    out[0, 2] += 2.0 ** -11                      # |exact| is tiny, but the operands are ~3
+    u = study.correction_ulps(out, marlin, corr).numpy()[0]
+    assert u[0] == pytest.approx(1.0) and u[1] == pytest.approx(3.0)
+    assert u[2] == pytest.approx(2.0 ** -11 / 2.0 ** -9)   # ulp of 3 is 2^-9: a quarter ULP
+    assert study.correction_ulps(exact, marlin, corr).max() == 0
+
+
+def test_marlin_accepts():
+    ok = GemmCase(M=32, N=2048, K=2048, group_size=128)
+    assert study.marlin_accepts(ok) is None
+    assert study.marlin_accepts(GemmCase(M=1, N=2048, K=2048, group_size=2048)) is None
+    assert "N % 256" in study.marlin_accepts(GemmCase(M=32, N=2176, K=2048, group_size=128))
+    assert study.marlin_accepts(GemmCase(M=16, N=2176, K=2048, group_size=128)) is None
+    assert "group size 64" in study.marlin_accepts(GemmCase(M=16, N=2048, K=2048, group_size=64))
+
+
+# ------------------------------------------------------------------ aggregation and report
+def _rows():
+    """Two decode shapes and one mid shape; 'fused' is fastest but wrong on one decode shape."""
+    spec = {  # (case, M): {variant: (cold %, graph %)}
+        ("M1", 1): {"two_kernel": (60, 50), "fused": (8, 4), "side_stream": (12, 6)},
+        ("M16", 16): {"two_kernel": (70, 55), "fused": (9, 5), "side_stream": (14, 7)},
+        ("M64", 64): {"two_kernel": (40, 30), "fused": (20, 12), "side_stream": (9, 3)},
+    }
+    rows = []
+    for (cid, M), per in spec.items():
+        for mode_i, mode in enumerate(("cold", "graph")):
+            t_m = 10.0
+            rows.append({"case_id": cid, "M": M, "shape_class": cv.shape_class(M), "variant": "marlin_only",
+                         "mode": mode, "status": "ok", "time_us": t_m, "marlin_us": t_m, "correct": True})
+            for v, pct in per.items():
+                correct = not (v == "fused" and cid == "M16")
+                t = t_m * (1 + pct[mode_i] / 100)
+                rows.append({"case_id": cid, "M": M, "shape_class": cv.shape_class(M), "variant": v,
+                             "mode": mode, "status": "ok" if correct else "incorrect", "time_us": t,
+                             "marlin_us": t_m, "overhead_us": t - t_m, "overhead_pct": pct[mode_i],
+                             "floor_ratio": (t - t_m) / 0.5, "correct": correct,
+                             "max_corr_ulp": 0.6 if correct else 9.0})
+    return rows
+
+
+def test_summarize_counts_and_medians():
+    s = {(r["variant"], r["mode"]): r for r in study.summarize(_rows())}
+    assert set(s) == {(v, m) for v in ("two_kernel", "fused", "side_stream") for m in ("cold", "graph")}
+    assert s[("fused", "graph")]["incorrect"] == 2 // 2
+    assert s[("side_stream", "graph")]["median_overhead_pct"] == 6
+    assert s[("two_kernel", "cold")]["max_overhead_pct"] == 70
+    assert s[("fused", "cold")]["max_corr_ulp"] == 9.0
+
+
+def test_recommend_skips_a_variant_wrong_anywhere_in_the_class():
+    picks = study.recommend(_rows(), ["two_kernel", "fused", "side_stream"])
+    assert picks["decode"]["variant"] == "side_stream"      # fused is wrong at M16
+    assert picks["mid"]["variant"] == "side_stream"
+    assert picks["mid"]["score_pct"] == pytest.approx(6.0)
+    assert study.auto_line(picks) == ('AUTO_BY_CLASS = {"decode": "side_stream", "mid": "side_stream", '
+                                      '"large": "two_kernel"}')
+
+
+def test_targets_on_the_recommended_choice():
+    rows = _rows()
+    res = {name: (ok, val) for name, ok, val in study.evaluate_targets(rows, study.recommend(rows, ["fused", "side_stream"]))}
+    assert res["graph overhead median <= 5%"] == (False, "6.0%")
+    assert res["graph overhead <= 10% at every shape"][0] is True
+    assert res["eager within 15% of Marlin at every shape"][0] is True
+    ok, val = res["correction <= 2x the empty kernel's time (every shape, mode)"]
+    assert not ok and val.startswith("max 2.80x")
+    assert res["correction within 2 fp16 ULPs of fp64"] == (True, "max 0.60 ULP")
+
+
+def test_write_outputs(tmp_path):
+    rows = _rows()
+    summary, picks, targets = study.write_outputs(tmp_path, rows, {"note": 1}, ["# title"])
+    with open(tmp_path / "correction_study.csv") as fh:
+        got = list(csv.DictReader(fh))
+    assert tuple(got[0]) == study.COLUMNS and len(got) == len(rows)
+    md = (tmp_path / "correction_study.md").read_text()
+    assert md.startswith("# title") and 'AUTO_BY_CLASS = {"decode": "side_stream"' in md
+    assert "| M16 | decode | 10.0 / 10.0 |" in md and "9! / 5!" in md
+    assert "FAIL: graph overhead median <= 5%" in md
+    js = (tmp_path / "correction_study.json").read_text()
+    assert '"auto_line"' in js and len(summary) == 6 and picks and targets
+
+
+# ------------------------------------------------------------------ sanity pass (child faked)
+def test_sanity_pass_isolates_a_crashing_variant(tmp_path, monkeypatch):
+    """Child 1 crashes inside 'fused'; child 2 gets only the rest; the crash excludes 'fused'."""
+    calls = []
+
+    def fake_run(cmd, **kw):
+        todo = cmd[cmd.index("--variants") + 1].split(",")
+        js = Path(cmd[cmd.index("--sanity-json") + 1])
+        calls.append(todo)
+        rep = {}
+        for v in todo:
+            rep[v] = {"started": True}
+            if v == "fused":                              # dies here: started, never done
+                break
+            rep[v] = {"started": True, "done": True, "error": "boom" if v == "graph" else None,
+                      "capture_error": None, "max_corr_ulp": 0.5}
+        js.write_text(json.dumps(rep))
+        return subprocess.CompletedProcess(cmd, 1, "", "Traceback\nillegal memory access\n")
+
+    monkeypatch.setattr(study.subprocess, "run", fake_run)
+    args = study.parse_args(["--out", str(tmp_path), "--variants", "graph,fused,side_stream,empty"])
+    lines = []
+    failed = study.sanity_pass(args, tmp_path, lines.append)
+    assert calls == [["marlin_only", "graph", "fused", "side_stream", "empty"], ["side_stream", "empty"]]
+    assert set(failed) == {"graph", "fused"}
+    assert failed["graph"] == "boom" and "died in this variant" in failed["fused"]
+    assert "illegal memory access" in failed["fused"]
+    assert any(line.startswith("sanity side_stream") and line.endswith("ok (max corr ULP 0.50)")
+               for line in lines)
+
+
+def test_sanity_pass_that_never_starts_excludes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(study.subprocess, "run",
+                        lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ImportError: x\n"))
+    args = study.parse_args(["--out", str(tmp_path), "--variants", "fused"])
+    lines = []
+    assert study.sanity_pass(args, tmp_path, lines.append) == {}
+    assert "inconclusive" in lines[0] and "ImportError: x" in lines[0]
+    assert lines[-1].endswith("untested")
+
+
+# ------------------------------------------------------------------ CLI
+def test_parse_args_validates():
+    a = study.parse_args(["--out", "x", "--variants", "fused,graph", "--modes", "graph"])
+    assert a.variants == ["marlin_only", "fused", "graph"] and a.modes == ["graph"]
+    with pytest.raises(cv.CorrectionVariantError, match="--variants"):
+        study.parse_args(["--out", "x", "--variants", "fused,warp"])
+    with pytest.raises(SystemExit):
+        study.parse_args(["--out", "x", "--modes", "cpu"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU exit; a GPU is visible")
+def test_without_a_gpu_the_study_says_why_and_exits_2(tmp_path):
+    assert study.main(["--out", str(tmp_path)]) == 2
+    assert "no CUDA GPU" in (tmp_path / "UNAVAILABLE.txt").read_text()
+    assert "the study measures GPUs only" in (tmp_path / "log.txt").read_text()
