@@ -41,6 +41,7 @@ from harness.reports.schema import ResultRow
 from .accuracy import accuracy_stats
 from .ceilings import Ceilings, l2_cache_bytes
 from .envinfo import sm_clock_reader
+from .escape import escaped_work, event_tail_batch
 from .roofline import Peaks, bytes_moved, datasheet_peaks, roofline
 from .rotation import build_operands, plan_copies, prepared_nbytes
 from .timing import StopRule, TimingResult, choose_calls, make_timer, time_batches
@@ -52,10 +53,6 @@ FRESH_SEED_OFFSET = 7919
 #: the gap between event time and profiler kernel time at R = 4) is amortised to <~1%.
 MIN_BATCH_US = {"cold": 2000.0, "graph": 1000.0, "cpu": 1000.0}
 DEFAULT_ULP_BUDGET = 2.0
-#: The stream-escape check (``escaped_work``): a device still busy this long after a cold
-#: batch's end event (and this fraction of the batch) ran work the events did not time.
-ESCAPE_MIN_US = 200.0
-ESCAPE_FRACTION = 0.2
 
 
 class CheckFailed(RuntimeError):
@@ -314,7 +311,7 @@ class Runner:
             step = ops.step_fn(path.run)
             calls = self._calls(mode, step, ops.copies)
             if mode == "cold":
-                why = escaped_work(_event_tail_batch(step, calls, self.ctx.device))
+                why = escaped_work(event_tail_batch(step, calls, self.ctx.device))
                 if why:
                     raise CheckFailed(why)
             res = self._timed(mode, step, calls)
@@ -360,52 +357,6 @@ class Runner:
         if not rel <= limit:
             raise CheckFailed(f"rel_err {rel:.3g} on fresh inputs vs {first.rel_err:.3g} "
                               "on the first inputs (does the path cache its output?)")
-
-
-def escaped_work(batch, tries: int = 2) -> str | None:
-    """Why device work outlived the timed stream, or None.
-
-    ``batch()`` runs one eager batch between two events on the current stream, waits for
-    the END EVENT only, then for the whole device, and returns (event us, tail us): how
-    long the device stayed busy after the end event. Work left on a stream the caller
-    never waits for is invisible to the events (they time its enqueue), not to the tail.
-    A tail above ``max(ESCAPE_MIN_US, ESCAPE_FRACTION x event us)`` in ``tries`` batches
-    in a row (one could be a host hiccup) is reported.
-    """
-    for _ in range(tries):
-        event_us, tail_us = batch()
-        if tail_us <= max(ESCAPE_MIN_US, ESCAPE_FRACTION * event_us):
-            return None
-    return (f"work outside the timed stream: the device stayed busy {tail_us:.0f} us after "
-            f"the end event of a {event_us:.0f} us batch (a kernel on a side stream the "
-            "caller's stream never waits for)")
-
-
-def _event_tail_batch(step, calls: int, device: torch.device):
-    """``escaped_work``'s batch on a CUDA device."""
-    import time
-
-    def batch() -> tuple[float, float]:
-        torch.cuda.synchronize(device)
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        gc_on = gc.isenabled()
-        gc.disable()                              # no collector pause inside the tail
-        try:
-            start.record()
-            for i in range(calls):
-                step(i)
-            end.record()
-            end.synchronize()
-            t0 = time.perf_counter()
-            torch.cuda.synchronize(device)
-            tail_us = (time.perf_counter() - t0) * 1e6
-        finally:
-            if gc_on:
-                gc.enable()
-        return start.elapsed_time(end) * 1e3, tail_us
-
-    return batch
 
 
 def _is_unsupported_case(exc: BaseException) -> bool:

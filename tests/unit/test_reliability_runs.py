@@ -27,7 +27,8 @@ from harness.config import load_settings
 from harness.defects import FaultPath, swapped_path
 from harness.kernels.base import PathRegistry
 from harness.kernels.registry_load import load_all
-from harness.measure.runner import RunContext, Runner, escaped_work
+from harness.measure.escape import escaped_work
+from harness.measure.runner import RunContext, Runner
 from harness.reports.gate import Verdict, evaluate
 from harness.reports.schema import column_names
 from harness.reports.store import read_rows
