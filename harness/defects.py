@@ -22,8 +22,6 @@ non-zero return code, NaN/Inf or unwritten output) on chosen calls.
 
 from __future__ import annotations
 
-import statistics
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -31,13 +29,20 @@ from typing import Any
 
 import torch
 
+from harness.defect_paths import (  # noqa: F401  (re-exported: the wrappers the tests plant)
+    FAULTS,
+    SLOWDOWN,
+    CachedOutputPath,
+    FaultPath,
+    SideStreamPath,
+    SlowdownPath,
+    WrappedPath,
+)
 from harness.kernels import dispatch, marlin_asym, marlin_pack
-from harness.kernels.base import PATHS, GemmPath, KernelReturnCode, PathRegistry, Prepared
+from harness.kernels.base import PATHS, GemmPath, PathRegistry
 
 #: Bits of the CUDA correction's ``flags`` argument (csrc/harness_kernels.h).
 FLAG_FP16_ACCUM, FLAG_SKIP_LAST_N_TILE, FLAG_NO_REGROW = 1, 2, 4
-#: The slowdown the ``slowdown_5pct`` defect plants.
-SLOWDOWN = 0.05
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -72,178 +77,6 @@ def swapped_path(name: str, factory: Callable[[GemmPath], GemmPath],
         yield wrapper
     finally:
         table[name] = inner
-
-
-class WrappedPath(GemmPath):
-    """A path that behaves like ``inner`` (same name, role, rows) unless a subclass says so."""
-
-    def __init__(self, inner: GemmPath) -> None:
-        self.inner = inner
-        self.name, self.role, self.description = inner.name, inner.role, inner.description
-
-    def unavailable_reason(self, device: torch.device) -> str | None:
-        return self.inner.unavailable_reason(device)
-
-    def unsupported_reason(self, case) -> str | None:
-        own = getattr(self.inner, "unsupported_reason", None)
-        return own(case) if own is not None else None
-
-    def implementation(self, device: torch.device) -> str:
-        return self.inner.implementation(device)
-
-    def prepare(self, weight, device: torch.device) -> Prepared:
-        return self.inner.prepare(weight, device)
-
-    def run(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        return self.inner.run(prepared, A, out)
-
-    def __getattr__(self, attr: str):      # e.g. marlin_asym's run_marlin_only
-        if attr == "inner":
-            raise AttributeError(attr)
-        return getattr(self.inner, attr)
-
-
-class CachedOutputPath(WrappedPath):
-    """Computes C on the first call for a prepared weight, then returns that C forever."""
-
-    def run(self, prepared, A, out):
-        cached = prepared.state.get("_planted_cached_output")
-        if cached is None or tuple(cached.shape) != tuple(out.shape):
-            self.inner.run(prepared, A, out)
-            prepared.state["_planted_cached_output"] = out.clone()
-        else:
-            out.copy_(cached)
-        return out
-
-
-class SlowdownPath(WrappedPath):
-    """``inner`` plus ``fraction`` more time per call.
-
-    CPU: a busy wait of ``fraction`` x the call's own host time (CPU paths are synchronous).
-    GPU: ``torch.cuda._sleep`` (a device spin) for ``fraction`` x the inner call's device
-    time, calibrated with CUDA events on the first call for each M (that call is the
-    runner's untimed accuracy run; it synchronises, which a real path never does).
-    """
-
-    def __init__(self, inner: GemmPath, fraction: float = SLOWDOWN) -> None:
-        super().__init__(inner)
-        self.fraction = float(fraction)
-
-    def run(self, prepared, A, out):
-        if prepared.device.type != "cuda":
-            t0 = time.perf_counter()
-            self.inner.run(prepared, A, out)
-            end = t0 + (time.perf_counter() - t0) * (1.0 + self.fraction)
-            while time.perf_counter() < end:
-                pass
-            return out
-        cycles = self._cycles(prepared, A, out)
-        self.inner.run(prepared, A, out)
-        torch.cuda._sleep(cycles)
-        return out
-
-    def _cycles(self, prepared, A, out) -> int:
-        table = prepared.state.setdefault("_planted_sleep_cycles", {})
-        M = int(A.shape[0])
-        if M not in table:
-            if torch.cuda.is_current_stream_capturing():
-                raise RuntimeError("SlowdownPath: not calibrated for this M before a graph capture")
-            table[M] = self.calibrate(prepared, A, out)
-        return table[M]
-
-    def calibrate(self, prepared, A, out) -> int:
-        """Sleep cycles worth ``fraction`` of the inner call's median device time."""
-        scratch = torch.empty_like(out)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-        def timed(fn) -> float:
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) * 1e3
-
-        for _ in range(3):
-            self.inner.run(prepared, A, scratch)
-        call_us = statistics.median(timed(lambda: self.inner.run(prepared, A, scratch))
-                                    for _ in range(11))
-        probe = 1_000_000
-        sleep_us = statistics.median(timed(lambda: torch.cuda._sleep(probe)) for _ in range(3))
-        return max(1, int(self.fraction * call_us * probe / sleep_us))
-
-
-class SideStreamPath(WrappedPath):
-    """Runs ``inner`` on its own CUDA stream and never makes the caller's stream wait."""
-
-    def __init__(self, inner: GemmPath) -> None:
-        super().__init__(inner)
-        self._streams: dict[torch.device, torch.cuda.Stream] = {}
-
-    def run(self, prepared, A, out):
-        if prepared.device.type != "cuda":
-            return self.inner.run(prepared, A, out)
-        side = self._streams.get(prepared.device)
-        if side is None:
-            side = self._streams[prepared.device] = torch.cuda.Stream(prepared.device)
-        side.wait_stream(torch.cuda.current_stream(prepared.device))   # inputs are ready
-        with torch.cuda.stream(side):
-            self.inner.run(prepared, A, out)
-        return out                 # the defect: no current_stream().wait_stream(side)
-
-
-#: Faults for ``FaultPath``: what a misbehaving call does.
-FAULTS = ("raise", "oom", "rc", "nan", "inf", "skip_last_n_tile")
-
-
-class FaultPath(WrappedPath):
-    """``inner`` with ``fault`` injected where ``when`` says (default: every call).
-
-    ``where="run"``: ``when(M, i)``, i counting this wrapper's run calls per M from 0 (0 is
-    the runner's accuracy run, then the timing calls, then the fresh-input re-check).
-    ``where="prepare"`` (raise/oom/rc only): ``when(K, N)`` of the weight being prepared.
-    """
-
-    def __init__(self, inner: GemmPath, fault: str, when: Callable[[int, int], bool] | None = None,
-                 where: str = "run") -> None:
-        super().__init__(inner)
-        if fault not in FAULTS:
-            raise ValueError(f"fault: {fault!r} is not one of {', '.join(FAULTS)}")
-        if where not in ("run", "prepare"):
-            raise ValueError(f"where: {where!r} is not 'run' or 'prepare'")
-        self.fault, self.where = fault, where
-        self.when = when or (lambda M, i: True)
-        self.calls: dict[int, int] = {}
-
-    def _raise(self, M: int) -> None:
-        if self.fault == "oom":
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB "
-                                              f"(planted for M={M})")
-        if self.fault == "rc":
-            raise KernelReturnCode(self.name, 2, "planted: no kernel for this configuration")
-        raise RuntimeError(f"planted kernel failure for M={M}")
-
-    def prepare(self, weight, device):
-        if self.where == "prepare" and self.fault in ("raise", "oom", "rc") \
-                and self.when(weight.K, weight.N):
-            self._raise(-1)
-        return self.inner.prepare(weight, device)
-
-    def run(self, prepared, A, out):
-        M = int(A.shape[0])
-        i = self.calls.get(M, 0)
-        self.calls[M] = i + 1
-        if self.where != "run" or not self.when(M, i):
-            return self.inner.run(prepared, A, out)
-        if self.fault in ("raise", "oom", "rc"):
-            self._raise(M)
-        if self.fault == "skip_last_n_tile":
-            full = torch.empty_like(out)
-            self.inner.run(prepared, A, full)
-            out[:, :-128].copy_(full[:, :-128])   # the last 128 columns are never written
-            return out
-        self.inner.run(prepared, A, out)
-        out[0, 0] = float("nan") if self.fault == "nan" else float("inf")
-        return out
 
 
 # ----------------------------------------------------------------------------- plants

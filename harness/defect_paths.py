@@ -1,0 +1,248 @@
+"""Test-only path wrappers that misbehave on purpose (used by ``harness.defects``).
+
+``WrappedPath`` behaves exactly like the path it wraps; each subclass plants one defect
+a real path could have: ``CachedOutputPath`` (returns a stale C), ``SlowdownPath`` (every
+call takes ``fraction`` longer), ``SideStreamPath`` (work escapes the caller's stream)
+and ``FaultPath`` (raises, runs out of memory, returns a non-zero code or writes NaN/Inf
+or leaves part of C unwritten on chosen calls). Never use outside tests and studies.
+
+Extension point: a new misbehaviour is a ``WrappedPath`` subclass overriding ``run`` (and
+``prepare`` if it must), planted with ``harness.defects.swapped_path``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from harness.kernels.base import GemmPath, KernelReturnCode, Prepared
+
+#: The slowdown the ``slowdown_5pct`` defect plants.
+SLOWDOWN = 0.05
+
+
+class WrappedPath(GemmPath):
+    """A path that behaves like ``inner`` (same name, role, rows) unless a subclass says so."""
+
+    def __init__(self, inner: GemmPath) -> None:
+        self.inner = inner
+        self.name, self.role, self.description = inner.name, inner.role, inner.description
+
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        return self.inner.unavailable_reason(device)
+
+    def unsupported_reason(self, case) -> str | None:
+        own = getattr(self.inner, "unsupported_reason", None)
+        return own(case) if own is not None else None
+
+    def implementation(self, device: torch.device) -> str:
+        return self.inner.implementation(device)
+
+    def prepare(self, weight, device: torch.device) -> Prepared:
+        return self.inner.prepare(weight, device)
+
+    def run(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        return self.inner.run(prepared, A, out)
+
+    def __getattr__(self, attr: str):      # e.g. marlin_asym's run_marlin_only
+        if attr == "inner":
+            raise AttributeError(attr)
+        return getattr(self.inner, attr)
+
+
+class CachedOutputPath(WrappedPath):
+    """Computes C on the first call for a prepared weight, then returns that C forever."""
+
+    def run(self, prepared, A, out):
+        cached = prepared.state.get("_planted_cached_output")
+        if cached is None or tuple(cached.shape) != tuple(out.shape):
+            self.inner.run(prepared, A, out)
+            prepared.state["_planted_cached_output"] = out.clone()
+        else:
+            out.copy_(cached)
+        return out
+
+
+class SlowdownPath(WrappedPath):
+    """``inner`` plus ``fraction`` more time per call.
+
+    CPU: a busy wait of ``fraction`` x the call's own host time (CPU paths are synchronous).
+    GPU: ``torch.cuda._sleep`` (a device spin) after the inner call, sized on the first call
+    for each M (the runner's untimed accuracy run; it synchronises, which a real path never
+    does) the way the gate's graph-mode rows see time: CUDA graphs of back-to-back calls of
+    the inner call alone, with a 1-cycle sleep (the extra node's own cost) and with a long
+    probe sleep (cycles per µs). The sleep then adds ``fraction`` x the inner time in
+    total; where the extra node alone costs more than that, the planted slowdown is larger
+    than asked. ``plans[M]`` keeps what was measured and the slowdown to expect, so a study
+    can report the slowdown it really planted. Falls back to events around single eager
+    calls when a capture fails.
+    """
+
+    GRAPH_CALLS = 20
+    PROBE_CYCLES = 100_000
+
+    def __init__(self, inner: GemmPath, fraction: float = SLOWDOWN) -> None:
+        super().__init__(inner)
+        self.fraction = float(fraction)
+        self.plans: dict[int, dict] = {}
+
+    def run(self, prepared, A, out):
+        if prepared.device.type != "cuda":
+            t0 = time.perf_counter()
+            self.inner.run(prepared, A, out)
+            end = t0 + (time.perf_counter() - t0) * (1.0 + self.fraction)
+            while time.perf_counter() < end:
+                pass
+            return out
+        cycles = self._cycles(prepared, A, out)
+        self.inner.run(prepared, A, out)
+        torch.cuda._sleep(cycles)
+        return out
+
+    def _cycles(self, prepared, A, out) -> int:
+        table = prepared.state.setdefault("_planted_sleep_cycles", {})
+        M = int(A.shape[0])
+        if M not in table:
+            if torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("SlowdownPath: not calibrated for this M before a graph capture")
+            table[M] = self.calibrate(prepared, A, out)
+        return table[M]
+
+    def calibrate(self, prepared, A, out) -> int:
+        """Sleep cycles that make one call ``fraction`` slower (see the class docstring)."""
+        scratch = torch.empty_like(out)
+        inner = lambda: self.inner.run(prepared, A, scratch)  # noqa: E731
+        try:
+            per_call, how = _graph_us, "graph"
+            t0 = per_call(inner, self.GRAPH_CALLS)
+        except Exception:            # not capturable: single eager calls between events
+            torch.cuda.synchronize()
+            per_call, how = _eager_us, "eager"
+            t0 = per_call(inner, self.GRAPH_CALLS)
+
+        def with_sleep(cycles: int) -> float:
+            return per_call(lambda: (inner(), torch.cuda._sleep(cycles)), self.GRAPH_CALLS)
+
+        node = max(0.0, with_sleep(1) - t0)
+        rate = max(1e-9, (with_sleep(self.PROBE_CYCLES) - t0 - node) / self.PROBE_CYCLES)
+        cycles = max(1, round((self.fraction * t0 - node) / rate))
+        self.plans[int(A.shape[0])] = {
+            "timer": how, "inner_us": t0, "sleep_node_us": node, "us_per_cycle": rate, "cycles": cycles,
+            "expected_fraction": (node + cycles * rate) / t0 if t0 > 0 else float("nan")}
+        return cycles
+
+
+def _events() -> tuple[torch.cuda.Event, torch.cuda.Event]:
+    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+
+def _graph_us(fn: Callable[[], object], calls: int, replays: int = 7) -> float:
+    """Median µs per call of ``calls`` back-to-back ``fn()`` captured in one CUDA graph."""
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    start, end = _events()
+    times = []
+    for _ in range(replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    del graph
+    return statistics.median(times)
+
+
+def _eager_us(fn: Callable[[], object], calls: int) -> float:
+    """Median µs of one eager ``fn()`` between two events (launch latency included)."""
+    start, end = _events()
+    fn()
+    times = []
+    for _ in range(calls):
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+class SideStreamPath(WrappedPath):
+    """Runs ``inner`` on its own CUDA stream and never makes the caller's stream wait."""
+
+    def __init__(self, inner: GemmPath) -> None:
+        super().__init__(inner)
+        self._streams: dict[torch.device, torch.cuda.Stream] = {}
+
+    def run(self, prepared, A, out):
+        if prepared.device.type != "cuda":
+            return self.inner.run(prepared, A, out)
+        side = self._streams.get(prepared.device)
+        if side is None:
+            side = self._streams[prepared.device] = torch.cuda.Stream(prepared.device)
+        side.wait_stream(torch.cuda.current_stream(prepared.device))   # inputs are ready
+        with torch.cuda.stream(side):
+            self.inner.run(prepared, A, out)
+        return out                 # the defect: no current_stream().wait_stream(side)
+
+
+#: Faults for ``FaultPath``: what a misbehaving call does.
+FAULTS = ("raise", "oom", "rc", "nan", "inf", "skip_last_n_tile")
+
+
+class FaultPath(WrappedPath):
+    """``inner`` with ``fault`` injected where ``when`` says (default: every call).
+
+    ``where="run"``: ``when(M, i)``, i counting this wrapper's run calls per M from 0 (0 is
+    the runner's accuracy run, then the timing calls, then the fresh-input re-check).
+    ``where="prepare"`` (raise/oom/rc only): ``when(K, N)`` of the weight being prepared.
+    """
+
+    def __init__(self, inner: GemmPath, fault: str, when: Callable[[int, int], bool] | None = None,
+                 where: str = "run") -> None:
+        super().__init__(inner)
+        if fault not in FAULTS:
+            raise ValueError(f"fault: {fault!r} is not one of {', '.join(FAULTS)}")
+        if where not in ("run", "prepare"):
+            raise ValueError(f"where: {where!r} is not 'run' or 'prepare'")
+        self.fault, self.where = fault, where
+        self.when = when or (lambda M, i: True)
+        self.calls: dict[int, int] = {}
+
+    def _raise(self, M: int) -> None:
+        if self.fault == "oom":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB "
+                                              f"(planted for M={M})")
+        if self.fault == "rc":
+            raise KernelReturnCode(self.name, 2, "planted: no kernel for this configuration")
+        raise RuntimeError(f"planted kernel failure for M={M}")
+
+    def prepare(self, weight, device):
+        if self.where == "prepare" and self.fault in ("raise", "oom", "rc") \
+                and self.when(weight.K, weight.N):
+            self._raise(-1)
+        return self.inner.prepare(weight, device)
+
+    def run(self, prepared, A, out):
+        M = int(A.shape[0])
+        i = self.calls.get(M, 0)
+        self.calls[M] = i + 1
+        if self.where != "run" or not self.when(M, i):
+            return self.inner.run(prepared, A, out)
+        if self.fault in ("raise", "oom", "rc"):
+            self._raise(M)
+        if self.fault == "skip_last_n_tile":
+            full = torch.empty_like(out)
+            self.inner.run(prepared, A, full)
+            out[:, :-128].copy_(full[:, :-128])   # the last 128 columns are never written
+            return out
+        self.inner.run(prepared, A, out)
+        out[0, 0] = float("nan") if self.fault == "nan" else float("inf")
+        return out
