@@ -39,6 +39,7 @@ class BenchSession:
     overwrite: bool = False
     progress: bool = True
     partial: bool = False
+    table: bool = True            # print the short table after each matrix
     extra: dict = field(default_factory=dict)
     echo: object = print
 
@@ -103,7 +104,8 @@ class BenchSession:
         self.rows[(matrix, suffix)] = rows
         self.echo(f"harness bench: {len(rows)} rows in {csv_path} "
                   f"({time.perf_counter() - t0:.1f} s wall for this matrix)")
-        print_table(rows, self.modes, self.paths, title=f"{matrix} on {self.arch} ({self.commit})")
+        if self.table:
+            print_table(rows, self.modes, self.paths, title=f"{matrix} on {self.arch} ({self.commit})")
         return csv_path
 
     # ------------------------------------------------------------------ A/A

@@ -1,0 +1,226 @@
+"""The gate on real GPU noise: repeated A/A runs and a planted slowdown, in one process.
+
+    python3 -m harness.measure.gate_study --out DIR [--matrix production] [--filter "M <= 16"]
+        [--paths native_int4,fp16_cache,marlin_asym] [--plant fp16_cache,marlin_asym]
+        [--calibration-runs 5] [--reps 20] [--modes graph] [--preset default]
+        [--set KEY=VALUE] [--budget-s 480]
+
+What it does, on one GPU and one build (``harness bench`` underneath, one ``BenchSession``):
+  1. ``--calibration-runs`` A/A runs of the matrix; the first is the baseline, all of them
+     give the per-case noise margins (``harness.reports.stats.noise_margins``, as
+     ``harness baseline calibrate`` does); the baseline and its margins are written to
+     ``DIR/baselines/<arch>/`` so any later gate can be reproduced from the files;
+  2. ``--reps`` repetitions, each: an A/A run of every path, gated against that baseline
+     (AMBIGUOUS rows re-measured, as ``harness bench`` does), then, for each ``--plant``
+     path, a run of that path alone with the ``slowdown_5pct`` defect planted
+     (``harness.defects``), gated against the same baseline rows of that path.
+A/A runs and planted runs alternate, so drift of the GPU falls on both. Every gate
+verdict goes to ``DIR/verdicts.csv`` after each repetition, with the planted slowdown the
+defect expected (from its own graph calibration) and the slowdown measured against the
+same repetition's A/A run; ``harness.reports.gate_study_report`` turns that into
+``DIR/gate_study.md``. Stops starting repetitions when ``--budget-s`` would be exceeded.
+Exit 0 when at least one repetition was gated, 2 when nothing could be measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from harness.reports.gate_study_report import render, summarize, write_verdicts
+
+T0 = time.monotonic()
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python3 -m harness.measure.gate_study", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", required=True, help="output folder (created; must not hold a study)")
+    p.add_argument("--matrix", default="production")
+    p.add_argument("--filter", default="M <= 16", help="case filter (default: decode shapes)")
+    p.add_argument("--paths", default="native_int4,fp16_cache,marlin_asym")
+    p.add_argument("--plant", default="fp16_cache,marlin_asym",
+                   help="paths that get the planted 5%% slowdown, one planted run each per repetition")
+    p.add_argument("--calibration-runs", type=int, default=5)
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--modes", default="graph", help="comma list of cold,graph")
+    p.add_argument("--preset", default=None)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--cpu", action="store_true",
+                   help="a dry run of the pipeline on the CPU paths (mode cpu; CPU timing is noisy)")
+    p.add_argument("--budget-s", type=float, default=480.0, help="stop starting repetitions after this")
+    a = p.parse_args(argv)
+    a.paths = [x.strip() for x in a.paths.split(",") if x.strip()]
+    a.plant = [x.strip() for x in a.plant.split(",") if x.strip()]
+    a.modes = tuple(x.strip() for x in a.modes.split(",") if x.strip())
+    for name, n in (("--calibration-runs", a.calibration_runs), ("--reps", a.reps)):
+        if n < (2 if name == "--calibration-runs" else 1):
+            p.error(f"{name}: {n} is too small")
+    for m in a.modes:
+        if m not in ("cold", "graph"):
+            p.error(f"--modes: {m!r} is not cold or graph")
+    for x in a.plant:
+        if x not in a.paths:
+            p.error(f"--plant: {x!r} is not one of --paths {a.paths}")
+    return a
+
+
+class Study:
+    """One session, its baseline and the verdict log."""
+
+    def __init__(self, args, log) -> None:
+        import torch
+
+        from harness.cases import MATRICES
+        from harness.config import load_settings, parse_overrides
+        from harness.kernels.base import PATHS
+        from harness.kernels.registry_load import load_all
+
+        from .envinfo import arch_label
+        from .session import BenchSession
+
+        load_all()
+        for name in args.paths:
+            PATHS.get(name)                          # unknown names fail here, clearly
+        self.args, self.log, self.out = args, log, Path(args.out)
+        self.device = (torch.device("cpu") if args.cpu
+                       else torch.device("cuda", torch.cuda.current_device()))
+        if args.cpu:
+            args.modes = ("cpu",)
+        self.settings = load_settings(args.preset, parse_overrides(args.set))
+        self.cases = MATRICES.cases(args.matrix, args.filter)
+        self.session = BenchSession(
+            device=self.device, arch=arch_label(self.device), settings=self.settings, modes=args.modes,
+            paths=list(args.paths), out=self.out / "runs", baselines=self.out / "baselines",
+            progress=False, partial=True, table=False, echo=log,
+            extra={"filter": args.filter, "study": "gate_study"})
+        self.base_rows: list = []
+        self.margins: dict = {}
+        self.verdicts: list[dict] = []
+
+    def measure(self, suffix: str, paths: list[str]) -> list:
+        s = self.session
+        s.paths = list(paths)
+        try:
+            s.measure(self.args.matrix, self.cases, suffix)
+        finally:
+            s.paths = list(self.args.paths)
+        return s.rows[(self.args.matrix, suffix)]
+
+    def calibrate(self) -> None:
+        from harness.reports.baseline import BaselineMeta, write_baseline_matrix
+        from harness.reports.environment import Environment
+        from harness.reports.stats import noise_margins
+
+        runs = [self.measure(f".cal{k}", self.args.paths) for k in range(1, self.args.calibration_runs + 1)]
+        self.base_rows = runs[0]
+        medians = [{r.key: r.time_us_median for r in run if r.status == "ok"} for run in runs]
+        self.margins = noise_margins(medians, self.settings.noise_margin_floor)
+        meta = BaselineMeta(matrix=self.args.matrix, arch=self.session.arch,
+                            environment=Environment.from_dict(self.session.env), rows_sha256="",
+                            noise_margins=self.margins, settings=self.settings.to_dict(),
+                            source=f"gate_study calibration run 1 of {len(runs)}",
+                            calibration={"runs": len(runs), "quantile": 95.0,
+                                         "floor": self.settings.noise_margin_floor})
+        write_baseline_matrix(self.out / "baselines" / self.session.arch, self.base_rows, meta)
+        vals = sorted(self.margins.values())
+        self.log(f"calibrated {len(vals)} margins from {len(runs)} runs: median "
+                 f"{vals[len(vals) // 2]:.2%}, largest {vals[-1]:.2%}" if vals else "no margins")
+
+    def gate(self, rows, paths, rep: int, kind: str, planted: str = "", plans=None, aa=None) -> dict:
+        from harness.reports.gate import evaluate
+
+        base = [r for r in self.base_rows if r.path in paths]
+        result = evaluate(rows, base, self.settings, margins=self.margins,
+                          remeasure=self.session._remeasure(self.args.matrix), partial=True,
+                          current_label=f"{kind}{rep}", baseline_label="cal1")
+        aa_med = {r.key: r.time_us_median for r in (aa or []) if r.status == "ok"}
+        for v in result.verdicts:
+            r = v.row
+            plan = (plans or {}).get((r.M, r.N, r.K), {})
+            self.verdicts.append({
+                "rep": rep, "kind": kind, "planted_path": planted, "case_id": v.case_id, "M": r.M,
+                "path": v.path, "mode": v.mode, "verdict": str(v.verdict.value), "fails": v.fails,
+                "remeasured": v.remeasured, "base_us": v.base_median_us, "cur_us": v.cur_median_us,
+                "change": v.time_change, "p_value": v.p_value, "threshold": v.threshold, "margin": v.margin,
+                "aa_us": aa_med.get(v.key), "expected_slowdown": plan.get("expected_fraction"),
+                "reason": v.reason[:300]})
+        counts = {str(k.value): n for k, n in result.counts().items() if n}
+        self.log(f"rep {rep} {kind}{' ' + planted if planted else ''}: {counts}")
+        return counts
+
+    def repetition(self, rep: int) -> None:
+        from harness import defects
+
+        aa = self.measure(f".aa{rep}", self.args.paths)
+        self.gate(aa, self.args.paths, rep, "aa")
+        for path in self.args.plant:
+            with defects.get("slowdown_5pct").plant(path=path) as wrapper:
+                rows = self.measure(f".slow-{path}{rep}", [path])
+                plans = _mean_plans(getattr(wrapper, "plans_by_shape", {}))
+                self.gate(rows, [path], rep, "planted", path, plans=plans, aa=aa)
+
+
+def _mean_plans(by_shape: dict) -> dict:
+    out = {}
+    for key, plans in by_shape.items():
+        vals = [p["expected_fraction"] for p in plans]
+        out[key] = {"expected_fraction": sum(vals) / len(vals)} if vals else {}
+    return out
+
+
+def main(argv=None) -> int:
+    global T0
+    T0 = time.monotonic()
+    args = parse_args(argv)
+    out = Path(args.out)
+    if (out / "verdicts.csv").exists():
+        raise SystemExit(f"gate_study: {out / 'verdicts.csv'} exists; choose a new --out")
+    out.mkdir(parents=True, exist_ok=True)
+    logf = open(out / "log.txt", "a", buffering=1)
+
+    def log(msg: str) -> None:
+        line = f"[{time.monotonic() - T0:6.1f}s] {msg}"
+        print(line, flush=True)
+        logf.write(line + "\n")
+
+    import torch
+
+    if not args.cpu and not torch.cuda.is_available():
+        log(f"no CUDA GPU visible to torch {torch.__version__}: the study measures a GPU")
+        return 2
+    study = Study(args, log)
+    log(f"{len(study.cases)} cases x {len(args.paths)} paths x {args.modes}; planted on {args.plant}")
+    study.calibrate()
+    header = {"command": "python3 -m harness.measure.gate_study " + " ".join(argv or sys.argv[1:]),
+              "environment": study.session.env, "ceilings": study.session.ceilings.numbers(),
+              "settings": study.settings.to_dict(), "cases": len(study.cases), "paths": args.paths,
+              "planted": args.plant, "modes": list(args.modes), "margins": len(study.margins),
+              "calibration_runs": args.calibration_runs}
+    durations: list[float] = []
+    done = 0
+    for rep in range(1, args.reps + 1):
+        est = max(durations) if durations else 0.0
+        if time.monotonic() - T0 + est > args.budget_s:
+            log(f"budget of {args.budget_s:.0f} s reached after {done} repetitions")
+            break
+        t = time.monotonic()
+        study.repetition(rep)
+        durations.append(time.monotonic() - t)
+        done = rep
+        write_verdicts(out / "verdicts.csv", study.verdicts)
+        summary = summarize(study.verdicts)
+        (out / "gate_study.md").write_text(render(summary, {**header, "reps_done": done}))
+        (out / "gate_study.json").write_text(json.dumps({**header, "reps_done": done, "summary": summary},
+                                                        indent=1, default=str))
+        log(f"rep {rep} took {durations[-1]:.1f} s")
+    if done:
+        log((out / "gate_study.md").read_text())
+    return 0 if done else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
