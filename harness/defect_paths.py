@@ -76,7 +76,7 @@ class SlowdownPath(WrappedPath):
     the inner call alone, with a 1-cycle sleep (the extra node's own cost) and with a long
     probe sleep (cycles per µs). The sleep then adds ``fraction`` x the inner time in
     total; where the extra node alone costs more than that, the planted slowdown is larger
-    than asked. ``plans[M]`` keeps what was measured and the slowdown to expect, so a study
+    than asked. ``plans_by_shape[(M, N, K)]`` keeps what was measured and the slowdown to expect, so a study
     can report the slowdown it really planted. Falls back to events around single eager
     calls when a capture fails.
     """
@@ -87,7 +87,7 @@ class SlowdownPath(WrappedPath):
     def __init__(self, inner: GemmPath, fraction: float = SLOWDOWN) -> None:
         super().__init__(inner)
         self.fraction = float(fraction)
-        self.plans: dict[int, dict] = {}
+        self.plans_by_shape: dict[tuple[int, int, int], list[dict]] = {}
 
     def run(self, prepared, A, out):
         if prepared.device.type != "cuda":
@@ -129,9 +129,10 @@ class SlowdownPath(WrappedPath):
         node = max(0.0, with_sleep(1) - t0)
         rate = max(1e-9, (with_sleep(self.PROBE_CYCLES) - t0 - node) / self.PROBE_CYCLES)
         cycles = max(1, round((self.fraction * t0 - node) / rate))
-        self.plans[int(A.shape[0])] = {
+        shape = (int(A.shape[0]), int(out.shape[1]), int(A.shape[1]))
+        self.plans_by_shape.setdefault(shape, []).append({
             "timer": how, "inner_us": t0, "sleep_node_us": node, "us_per_cycle": rate, "cycles": cycles,
-            "expected_fraction": (node + cycles * rate) / t0 if t0 > 0 else float("nan")}
+            "expected_fraction": (node + cycles * rate) / t0 if t0 > 0 else float("nan")})
         return cycles
 
 
