@@ -39,6 +39,16 @@ def production() -> list[GemmCase]:
     return _merge(cases)
 
 
+@MATRICES.register("swiglu", "SwiGLU gate/up pairs of the 2B MLP (N 8192, K 2048) x BT {1..1024} x {per-row, g128}")
+def swiglu() -> list[GemmCase]:
+    """TinyLoop's ``quant_swiglu`` shape as one pair case (two weights, SiLU x mul): run as
+    the fused native kernel and as a pair of calls of every path
+    (``harness.kernels.swiglu_pair``)."""
+    n, k = next((n, k) for layer, n, k in PRODUCTION_LAYERS if layer == "mlp_gate")
+    return [GemmCase(M=bt, N=n, K=k, group_size=gs, tags=("mlp_gate_up",), kind="swiglu_pair")
+            for gs in (k, 128) for bt in PRODUCTION_BT]
+
+
 @MATRICES.register("parity", "the seed's parity chain: 3 sym-packer, 4 py-correction, 5 kernel, 7 wrapper")
 def parity() -> list[GemmCase]:
     def c(m, n, k, gs, stage):
@@ -104,4 +114,5 @@ def smoke() -> list[GemmCase]:
         GemmCase(M=16, N=256, K=512, group_size=512, seed=4, tags=("smoke",)),
         GemmCase(M=17, N=512, K=256, group_size=128, seed=4, tags=("smoke",)),
         GemmCase(M=32, N=256, K=384, group_size=128, seed=4, tags=("smoke",)),
+        GemmCase(M=4, N=256, K=256, group_size=128, seed=4, tags=("smoke",), kind="swiglu_pair"),
     ]

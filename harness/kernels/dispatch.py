@@ -233,6 +233,10 @@ def decide_for_case(case: GemmCase, device: torch.device,
     When Marlin would be called, its status is predicted with ``expected_marlin_rc``; a
     non-zero one is reported as the fallback it causes.
     """
+    if case.kind == "swiglu_pair":        # TinyLoop's quant_swiglu: the fused native kernel
+        from .swiglu_pair import FUSED_NAME, FUSED_REASON
+
+        return Decision(FUSED_NAME, None, (FUSED_REASON,))
     settings = settings or DispatchSettings()
     traits = WeightTraits(case.K, case.N, case.group_size, has_marlin_pack=packable(case.K, case.N))
     d = decide(traits, case.M, _capability(device), settings)

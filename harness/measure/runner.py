@@ -5,7 +5,8 @@ Per (case, path), in this order (nothing inside a timing but the path's ``run``)
  2. The dispatcher model's decision for the case (``dispatch_path``, ``fallback_reason``).
  3. ``prepare`` (load time: ``prepare_seconds``, ``extra_bytes``).
  4. Accuracy, once: the output is poisoned with NaN, the path runs once, the result is
-    compared with ``reference_fp64`` (ULPs in the path's output dtype). Non-finite output
+    compared with ``reference_case`` (fp64; silu(A Wg) * (A Wu) for a SwiGLU pair, whose
+    paths come from ``harness.kernels.swiglu_pair.paths_for_case``) (ULPs in the output dtype). Non-finite output
     (an unwritten element, a NaN) is an ``error``.
  5. Timing per mode (``harness.measure.timing``) over rotated operand copies
     (``harness.measure.rotation``); for a path exposing ``run_marlin_only`` the Marlin-only
@@ -35,7 +36,7 @@ from harness.cases.case import GemmCase
 from harness.cases.data import case_data, generate_activations
 from harness.kernels.base import PATHS, GemmPath, KernelReturnCode, PathRegistry
 from harness.kernels.bounds import current_per_column_formula, rel_err_bound
-from harness.kernels.reference import reference_fp64
+from harness.kernels.swiglu_pair import case_weights, paths_for_case, reference_case
 from harness.reports.schema import ResultRow
 
 from .accuracy import accuracy_stats
@@ -192,16 +193,17 @@ class Runner:
             import sys
 
             from tqdm import tqdm
-            bar = tqdm(total=len(cases) * len(paths), unit="case x path", dynamic_ncols=True,
+            bar = tqdm(total=sum(len(paths_for_case(c, paths)) for c in cases), unit="case x path", dynamic_ncols=True,
                        mininterval=0.2 if sys.stderr.isatty() else 10.0)
         try:
             for case in cases:
-                todo = [p for p in paths
+                case_paths = paths_for_case(case, paths)      # a SwiGLU pair: pair paths
+                todo = [p for p in case_paths
                         if any((case.id, p.name, m) not in done for m in self.ctx.modes)]
                 if todo:
                     self._run_case(case, todo, done, bar)
                 if bar is not None:
-                    bar.update(len(paths) - len(todo))
+                    bar.update(len(case_paths) - len(todo))
         finally:
             if bar is not None:
                 bar.close()
@@ -225,7 +227,8 @@ class Runner:
             else:
                 if data is None:
                     data = case_data(case)
-                    ref = reference_fp64(data.A.to(device), data.weight)
+                    self._weights = data.weights
+                    ref = reference_case(data.A.to(device), data.weights)
                 rows = self._measure_path(case, path, modes, base, data, ref)
                 for row in rows:
                     self._emit(row)
@@ -235,8 +238,8 @@ class Runner:
                 bar.update(1)
 
     def _unavailable(self, case: GemmCase, path: GemmPath) -> str | None:
-        if case.kind != "gemm":
-            return f"case kind {case.kind!r} is not measured by the GEMM runner"
+        if case.kind not in getattr(path, "kinds", ("gemm",)):
+            return f"case kind {case.kind!r} is not run by path {path.name!r}"
         try:
             return path.unavailable_reason(self.ctx.device) or path.unsupported_reason(case)
         except Exception as exc:
@@ -246,7 +249,7 @@ class Runner:
     def _measure_path(self, case, path, modes, base, data, ref) -> list[ResultRow]:
         device = self.ctx.device
         try:
-            prepared = path.prepare_timed(data.weight.to(device), device)
+            prepared = path.prepare_timed(case_weights(data, device), device)
             load = {"prepare_seconds": prepared.prepare_seconds, "extra_bytes": prepared.extra_bytes}
             base = {m: replace(r, **load) for m, r in base.items()}
             A = data.A.to(device=device, dtype=prepared.input_dtype)
@@ -340,7 +343,7 @@ class Runner:
         device = self.ctx.device
         if self._fresh is None:
             A16 = generate_activations(case.M, case.K, case.seed + FRESH_SEED_OFFSET).to(device)
-            self._fresh = (A16, reference_fp64(A16, prepared.weight))
+            self._fresh = (A16, reference_case(A16, self._weights))
         A16, ref = self._fresh
         out = _poisoned(case.M, case.N, prepared.output_dtype, device)
         path.run(prepared, A16.to(prepared.input_dtype), out)

@@ -37,10 +37,10 @@ from harness.cases.data import QuantizedWeight
 from harness.kernels import dispatch as dsp
 from harness.kernels.base import KernelReturnCode, Prepared
 from harness.kernels.registry_load import load_all
+from harness.kernels.swiglu_pair import FUSED_REASON, concat_n
 
 DISPATCH_MODES = ("dispatch", "dispatch_off", "dispatch_pair")
 REFERENCE = "reference"
-FUSED_REASON = "quant_swiglu (fused gate+up native kernel) is not Marlin-dispatched"
 CPU_MODEL_CAPABILITY = (8, 9)
 
 
@@ -115,12 +115,6 @@ class QuantLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.name}: K={self.K}, N={self.N}, group_size={self.qweight.group_size}, mode={self.runtime.mode}"
-
-
-def concat_n(a: QuantizedWeight, b: QuantizedWeight) -> QuantizedWeight:
-    """[a | b] along N (same K and group size): the fused SwiGLU's one weight."""
-    return QuantizedWeight(torch.cat([a.q, b.q], 1), torch.cat([a.scale, b.scale], 1),
-                           torch.cat([a.zero, b.zero], 1), a.group_size)
 
 
 class QuantRuntime:

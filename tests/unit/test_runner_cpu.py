@@ -205,8 +205,11 @@ def test_bench_cli_smoke_on_cpu_writes_results_and_candidate(tmp_path, capsys):
     csvs = list(out.glob("*/cpu/smoke.csv"))
     assert len(csvs) == 1
     rows = read_rows(csvs[0])
-    assert len(rows) == 4 * len(cpu_paths)
-    assert {r.path for r in rows} == set(cpu_paths)
+    # 4 GEMM cases x paths, and the SwiGLU pair: each path as a pair + the fused native
+    fused = ["native_int4_fused"] if "native_int4" in cpu_paths else []
+    assert len(rows) == 5 * len(cpu_paths) + len(fused)
+    assert {r.path for r in rows} == set(cpu_paths) | set(fused)
+    assert {r.path for r in rows if r.kind == "swiglu_pair"} == set(cpu_paths) | set(fused)
     assert all(r.status == "ok" and r.mode == "cpu" and r.arch == "cpu" for r in rows), \
         [(r.path, r.status, r.error) for r in rows]
     assert all(not math.isnan(r.time_us_median) and r.rel_err < 1e-2 for r in rows)
