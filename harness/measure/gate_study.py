@@ -147,6 +147,8 @@ class Study:
                 "remeasured": v.remeasured, "base_us": v.base_median_us, "cur_us": v.cur_median_us,
                 "change": v.time_change, "p_value": v.p_value, "threshold": v.threshold, "margin": v.margin,
                 "aa_us": aa_med.get(v.key), "expected_slowdown": plan.get("expected_fraction"),
+                "first": next((x[len("re-measured (first: "):-1] for x in v.reasons
+                               if x.startswith("re-measured (first: ")), ""),
                 "reason": v.reason[:300]})
         counts = {str(k.value): n for k, n in result.counts().items() if n}
         self.log(f"rep {rep} {kind}{' ' + planted if planted else ''}: {counts}")

@@ -17,7 +17,10 @@ dispatched to) -> LOST_DISPATCH; then speed (``stats.speed_call``).
 The first applicable verdict in ``_PRIORITY`` order wins; ``reasons`` lists them all.
 
 Extension point: ``remeasure(keys)``, supplied by the measurement engine, is called once
-with the keys of every AMBIGUOUS row; it returns fresh current-side rows, or a pair
+with the keys of every AMBIGUOUS row and of every failing SLOWER row (a SLOWER is
+confirmed before it fails the gate: on an H200, 13 A/A repetitions of 48 decode rows gave
+3 first-measurement SLOWERs of +3.2..4.0% against a 3% threshold, transient drift that a
+second measurement does not repeat; a real slowdown does); it returns fresh current-side rows, or a pair
 ``(baseline_rows, current_rows)`` when it re-measured both builds interleaved. Those rows
 replace the old ones for a second, final decision.
 """
@@ -297,7 +300,9 @@ def evaluate(
 
     verdicts = {k: judge(k, cur.get(k), base.get(k)) for k in sorted(set(cur) | set(base))}
     notes: list[str] = []
-    ambiguous = [k for k, v in verdicts.items() if v.verdict == Verdict.AMBIGUOUS]
+    ambiguous = [k for k, v in verdicts.items() if v.verdict == Verdict.AMBIGUOUS
+                 or (v.verdict == Verdict.SLOWER and v.fails)]
+    first = {k: verdicts[k] for k in ambiguous}
     if ambiguous and remeasure is not None:
         keys = sorted({k[-3:] for k in ambiguous})
         new_base, new_cur = _split_remeasured(remeasure(keys))
@@ -311,10 +316,13 @@ def evaluate(
                 continue
             b = fresh_base.get(k[-3:], base.get(k))
             rv = judge(k, replace(c, matrix=cur[k].matrix), b)
-            verdicts[k] = replace(rv, remeasured=True, reasons=rv.reasons + ("re-measured",))
-        notes.append(f"re-measured {len(keys)} ambiguous row(s)")
+            was = first[k]
+            tag = (f"re-measured (first: {was.verdict.value} {was.time_change:+.2%})"
+                   if math.isfinite(was.time_change) else "re-measured")
+            verdicts[k] = replace(rv, remeasured=True, reasons=rv.reasons + (tag,))
+        notes.append(f"re-measured {len(keys)} ambiguous or first-time SLOWER row(s)")
     elif ambiguous:
-        notes.append(f"{len(ambiguous)} ambiguous row(s) not re-measured (no re-measure hook)")
+        notes.append(f"{len(ambiguous)} ambiguous or SLOWER row(s) not re-measured (no re-measure hook)")
     ordered = sorted(verdicts.values(), key=_order)
     return GateResult(tuple(ordered), settings, current_label=current_label,
                       baseline_label=baseline_label, has_baseline=bool(baseline), notes=tuple(notes))

@@ -3,7 +3,8 @@
 Input: one dict per gated row (``VERDICT_COLUMNS``): the repetition, ``kind`` ("aa": an
 unchanged run; "planted": a run of ``planted_path`` with the 5% slowdown), the verdict,
 the medians (baseline, current, and for planted rows the same repetition's A/A run) and
-the slowdown the planted defect expected. ``summarize`` gives the numbers the issue asks
+the slowdown the planted defect expected, and ``first`` (the verdict before a
+re-measurement, e.g. "SLOWER +3.7%", empty when none). ``summarize`` gives the numbers the issue asks
 for: false SLOWER over the A/A repetitions, planted slowdowns caught (per run: at least
 one SLOWER row of the planted path fails the gate; per row: that row is SLOWER), the
 slowdown really planted, and the A/A spread of the medians. ``render`` writes Markdown.
@@ -22,7 +23,7 @@ from .store import atomic_write_text
 
 VERDICT_COLUMNS = ("rep", "kind", "planted_path", "case_id", "M", "path", "mode", "verdict", "fails",
                    "remeasured", "base_us", "cur_us", "change", "p_value", "threshold", "margin",
-                   "aa_us", "expected_slowdown", "reason")
+                   "aa_us", "expected_slowdown", "first", "reason")
 SMALL_US = 20.0
 
 
@@ -77,6 +78,8 @@ def summarize(verdicts: Sequence[Mapping]) -> dict:
             "failing_rows": [f"rep {r.rep} {r.case_id} {r.path} {r.mode}: {r.verdict} ({r.reason})"
                              for r in failing.itertuples()][:40],
             "remeasured_rows": int(aa["remeasured"].sum()),
+            "first_slower_cleared": int((aa["first"].astype(str).str.startswith("SLOWER")
+                                         & (aa["verdict"] != "SLOWER")).sum()),
             "informational_slower": int(((aa["verdict"] == "SLOWER") & ~aa["fails"]).sum()),
             "delta_ge_20us": _spread(aa.loc[big, "change"].tolist()),
             "delta_lt_20us": _spread(aa.loc[~big, "change"].tolist()),
@@ -128,9 +131,10 @@ def render(summary: Mapping, header: Mapping) -> str:
     if a:
         lines += ["## A/A (same build, gated against calibration run 1 with the calibrated margins)", "",
                   "| repetitions | rows gated / rep | false SLOWER rows | runs with a false SLOWER | runs failing "
-                  "the gate | re-measured AMBIGUOUS | verdicts |", "|---|---|---|---|---|---|---|",
+                  "the gate | rows re-measured | first-time SLOWER cleared by it | verdicts |",
+                  "|---|---|---|---|---|---|---|---|",
                   f"| {a['reps']} | {a['rows_per_rep']} | {a['false_slower_rows']} | {a['runs_with_false_slower']} | "
-                  f"{a['runs_failing']} | {a['remeasured_rows']} | "
+                  f"{a['runs_failing']} | {a['remeasured_rows']} | {a['first_slower_cleared']} | "
                   + ", ".join(f"{k} {v}" for k, v in sorted(a["verdicts"].items())) + " |", ""]
         for label, key in ((">= 20 µs", "delta_ge_20us"), ("< 20 µs", "delta_lt_20us")):
             d = a[key]

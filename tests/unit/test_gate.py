@@ -209,6 +209,30 @@ def test_ambiguous_is_remeasured_then_final(base):
     assert v.verdict == Verdict.SAME and v.remeasured
 
 
+def test_a_first_time_slower_is_confirmed_by_re_measurement(base):
+    """A transient +4-6% (one measurement) clears on re-measurement; a real one stays."""
+    key = base[0].key
+    cur = resample(base, seed=90, factor={key: 1.06})
+    assert _one(evaluate(cur, base, S), *key).verdict == Verdict.SLOWER
+    calls = []
+
+    def transient(keys):                       # the second measurement is back to normal
+        calls.append(keys)
+        return [r for r in resample(base, seed=91) if r.key in keys]
+
+    result = evaluate(cur, base, S, remeasure=transient)
+    v = _one(result, *key)
+    assert calls == [[key]] and v.remeasured and v.verdict == Verdict.SAME
+    assert any("first: SLOWER +" in r for r in v.reasons) and result.exit_code == 0
+
+    def persistent(keys):
+        return [r for r in resample(base, seed=92, factor={key: 1.06}) if r.key in keys]
+
+    result = evaluate(cur, base, S, remeasure=persistent)
+    v = _one(result, *key)
+    assert v.verdict == Verdict.SLOWER and v.remeasured and v.fails and result.exit_code == 1
+
+
 def test_ambiguous_without_hook_stays_and_does_not_fail(base):
     key, cur = _ambiguous_setup(base)
     result = evaluate(cur, base, S)

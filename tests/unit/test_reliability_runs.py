@@ -125,7 +125,7 @@ def test_bench_records_an_oom_case_as_error_and_exits_1_even_without_baseline(tm
     assert rc == 1
     assert "ERROR M16-N256-K512-gK-s4 native_int4 cpu: error: CUDA out of memory" in text
     rows = {(r.case_id, r.path): r for r in read_rows(out / commit / "cpu" / "smoke.csv")}
-    assert len(rows) == 8
+    assert len(rows) == 4 * 2 + 3       # 4 GEMMs x 2 paths; the SwiGLU pair: 2 pairs + fused native
     assert rows[("M16-N256-K512-gK-s4", "native_int4")].status == "error"
     assert all(r.status == "ok" for k, r in rows.items() if k != ("M16-N256-K512-gK-s4", "native_int4"))
     assert load_all().get("native_int4").__class__.__name__ == "NativeInt4Path"   # swap undone
@@ -147,7 +147,7 @@ def test_work_left_on_a_side_stream_is_reported_not_timed():
 SWEEP = ["--cpu", "--matrix", "smoke", "--filter", "M <= 16", "--paths", "native_int4,fp16_cache,marlin_asym",
          "--no-progress", "--no-compare", "--set", "warmup_ms=1", "--set", "max_case_seconds=0.08",
          "--set", "min_samples=5", "--set", "max_samples=100000", "--set", "target_rel_spread=0.000001"]
-TOTAL = 6                        # 2 cases x 3 paths x 1 mode
+TOTAL = 10                       # 2 GEMM cases x 3 paths + the pair (3 pair paths + fused) x 1 mode
 #: Columns that depend on timing (or on the measured ceilings); everything else must be equal.
 TIMING = {"time_us_median", "time_us_iqr", "time_us_ci_lo", "time_us_ci_hi", "n_samples", "samples_us",
           "clock_start_mhz", "clock_end_mhz", "clock_dropped", "tflops", "gbps", "roofline_floor_us",

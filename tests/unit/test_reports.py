@@ -246,14 +246,19 @@ def test_compare_revisions_interleaves_and_cleans_up(repo, tmp_path):
     fake = FakeBench()
     out = compare("HEAD~1", "HEAD", S, work_dir=tmp_path / "cmp", repo=repo, matrix="synthetic",
                   rounds=4, runner=fake, echo=lambda s: None)
-    assert [c.label for c in fake.calls] == ["A", "B", "B", "A", "A", "B", "B", "A"]
-    assert [c.round for c in fake.calls] == [0, 0, 1, 1, 2, 2, 3, 3]
+    rounds, confirm = fake.calls[:8], fake.calls[8:]
+    assert [c.label for c in rounds] == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert [c.round for c in rounds] == [0, 0, 1, 1, 2, 2, 3, 3]
+    # the SLOWER rows are confirmed by one more interleaved A/B measurement of those rows
+    assert [c.label for c in confirm] == ["A", "B"] and all(c.filter for c in confirm)
+    assert set(confirm[0].paths) == {"marlin_asym"}
     assert all(c.matrix == "synthetic" for c in fake.calls)
     assert len({c.worktree for c in fake.calls}) == 2
     assert not any(c.worktree.exists() for c in fake.calls)
     assert _git(repo, "worktree", "list").count("\n") == 0  # only the main checkout is left
     result = out.result
     assert {v.verdict for v in result.verdicts if v.path == "marlin_asym"} == {Verdict.SLOWER}
+    assert all(v.remeasured for v in result.verdicts if v.path == "marlin_asym")
     assert {v.verdict for v in result.verdicts if v.path != "marlin_asym"} == {Verdict.SAME}
     assert all(r.n_samples == 4 * 40 for r in out.b_rows)  # four rounds pooled
     assert all(math.isfinite(v.margin) for v in result.verdicts)  # margins from the rounds
