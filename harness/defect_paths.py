@@ -73,8 +73,8 @@ class SlowdownPath(WrappedPath):
     GPU: ``torch.cuda._sleep`` (a device spin) after the inner call, sized on the first call
     for each M (the runner's untimed accuracy run; it synchronises, which a real path never
     does) the way the gate's graph-mode rows see time: CUDA graphs of back-to-back calls of
-    the inner call alone, with a 1-cycle sleep (the extra node's own cost) and with a long
-    probe sleep (cycles per µs). The sleep then adds ``fraction`` x the inner time in
+    the inner call alone (t0), of a 1-cycle sleep alone (the extra node's own cost) and of
+    a long probe sleep alone (cycles per µs). The sleep then adds ``fraction`` x the inner time in
     total; where the extra node alone costs more than that, the planted slowdown is larger
     than asked. ``plans_by_shape[(M, N, K)]`` keeps what was measured and the slowdown to expect, so a study
     can report the slowdown it really planted. Falls back to events around single eager
@@ -123,11 +123,14 @@ class SlowdownPath(WrappedPath):
             per_call, how = _eager_us, "eager"
             t0 = per_call(inner, self.GRAPH_CALLS)
 
-        def with_sleep(cycles: int) -> float:
-            return per_call(lambda: (inner(), torch.cuda._sleep(cycles)), self.GRAPH_CALLS)
+        def sleep_only(cycles: int) -> float:
+            return per_call(lambda: torch.cuda._sleep(cycles), self.GRAPH_CALLS)
 
-        node = max(0.0, with_sleep(1) - t0)
-        rate = max(1e-9, (with_sleep(self.PROBE_CYCLES) - t0 - node) / self.PROBE_CYCLES)
+        # The sleep node's cost and rate are measured on sleeps alone: a difference of two
+        # timings of the inner call (µs-level noise on a 200 µs GEMM) is too noisy to size
+        # a 5% sleep from (an H200 run planted 12% once and 0% on re-measurement that way).
+        node = sleep_only(1)
+        rate = max(1e-9, (sleep_only(self.PROBE_CYCLES) - node) / (self.PROBE_CYCLES - 1))
         cycles = max(1, round((self.fraction * t0 - node) / rate))
         shape = (int(A.shape[0]), int(out.shape[1]), int(A.shape[1]))
         self.plans_by_shape.setdefault(shape, []).append({
