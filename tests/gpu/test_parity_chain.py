@@ -252,5 +252,4 @@ def test_per_row_without_translation_falls_back_with_rc_2(case_id, mm_cases, mar
 
 
 # ------------------------------------------------------------------ 5. end to end
-def test_end_to_end_model_parity_slot():
-    pytest.skip("lands with the perplexity issue")
+# Target 5 (the model scored with dispatch off and on) is tests/gpu/test_model_parity.py.
