@@ -47,12 +47,29 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+def marlin_failures(rows: list[dict], candidates) -> set[str]:
+    """Shapes whose failed checks are Marlin's own, left out of the ranking: Marlin alone
+    (or Marlin + an empty kernel) failed its check there, or EVERY candidate did (a
+    failure no correction causes alone, e.g. Marlin's race at large M on Hopper)."""
+    bad = set()
+    for cid in {r["case_id"] for r in rows}:
+        sel = [r for r in rows if r["case_id"] == cid]
+        floors = [r for r in sel if r["variant"] in ("marlin_only", "empty", "empty_pdl")]
+        cand = [r for r in sel if r["variant"] in candidates]
+        if any(r.get("correct") is False for r in floors) or (
+                cand and all(r.get("correct") is False for r in cand)):
+            bad.add(cid)
+    return bad
+
+
 def recommend(rows: list[dict], candidates) -> dict[str, dict]:
-    """Per shape class, the correct variant with the lowest median mean-of-modes overhead."""
+    """Per shape class, the variant correct on every shape (``marlin_failures`` left out)
+    with the lowest median mean-of-modes overhead."""
     classes = dict.fromkeys(r["shape_class"] for r in rows)
+    skip = marlin_failures(rows, candidates)
     picks = {}
     for cls in classes:
-        cases = sorted({r["case_id"] for r in rows if r["shape_class"] == cls})
+        cases = sorted({r["case_id"] for r in rows if r["shape_class"] == cls} - skip)
         best = None
         for v in candidates:
             per_case = []
@@ -66,7 +83,9 @@ def recommend(rows: list[dict], candidates) -> dict[str, dict]:
             if per_case:
                 score = statistics.median(per_case)
                 if best is None or score < best["score_pct"]:
-                    best = {"variant": v, "score_pct": score, "shapes": len(per_case)}
+                    best = {"variant": v, "score_pct": score, "shapes": len(per_case),
+                            "marlin_failures": sorted(c for c in skip if any(
+                                r["case_id"] == c and r["shape_class"] == cls for r in rows))}
         if best is not None:
             picks[cls] = best
     return picks
@@ -132,7 +151,9 @@ def render_markdown(rows, summary, picks, targets, header: list[str]) -> str:
                      f"{fmt(s['median_overhead_us'], '.2f')} | {fmt(s['median_floor_ratio'], '.2f')} | "
                      f"{fmt(s['max_corr_ulp'], '.2f')} |")
     lines += ["", "## Recommendation (fastest correct variant per shape class, mean of modes)", ""]
-    lines += [f"- {c}: **{p['variant']}** (median overhead {p['score_pct']:.1f}% over {p['shapes']} shapes)"
+    lines += [f"- {c}: **{p['variant']}** (median overhead {p['score_pct']:.1f}% over {p['shapes']} shapes"
+              + (f"; left out, Marlin's own failures: {', '.join(p['marlin_failures'])}"
+                 if p.get("marlin_failures") else "") + ")"
               for c, p in picks.items()] or ["- none: no variant was correct and measured in every class"]
     lines += ["", "```python", auto_line(picks), "```", "", "## Targets on that choice", ""]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {name} ({val})" for name, ok, val in targets]

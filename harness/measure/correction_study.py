@@ -45,6 +45,7 @@ from .correction_report import (  # noqa: F401  (re-exported: the study's public
     auto_line,
     evaluate_targets,
     fmt,
+    marlin_failures,
     recommend,
     render_markdown,
     summarize,

@@ -213,6 +213,26 @@ def test_recommend_skips_a_variant_wrong_anywhere_in_the_class():
                                       '"large": "two_kernel"}')
 
 
+def test_recommend_leaves_out_marlins_own_failures():
+    """A shape where Marlin alone fails (its race), or where every variant fails alike, is
+    Marlin's: it must not leave the class without a winner."""
+    rows = _rows()
+    for r in rows:
+        if r["case_id"] == "M64" and r["variant"] in ("two_kernel", "fused", "side_stream"):
+            r.update(correct=False, status="incorrect")
+    picks = study.recommend(rows, ["two_kernel", "fused", "side_stream"])
+    assert study.marlin_failures(rows, ["two_kernel", "fused", "side_stream"]) == {"M64"}
+    assert "mid" not in picks                        # M64 was the class's only shape
+    assert picks["decode"]["variant"] == "side_stream"
+    rows = _rows()
+    for r in rows:
+        if r["case_id"] == "M1" and r["variant"] == "marlin_only":
+            r.update(correct=False)                  # Marlin alone not repeatable there
+    picks = study.recommend(rows, ["two_kernel", "fused", "side_stream"])
+    assert picks["decode"]["marlin_failures"] == ["M1"] and picks["decode"]["shapes"] == 1
+    assert picks["decode"]["variant"] == "side_stream"   # fused is still wrong at M16
+
+
 def test_targets_on_the_recommended_choice():
     rows = _rows()
     res = {name: (ok, val) for name, ok, val in study.evaluate_targets(rows, study.recommend(rows, ["fused", "side_stream"]))}
