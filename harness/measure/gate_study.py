@@ -135,7 +135,7 @@ class Study:
 
         base = [r for r in self.base_rows if r.path in paths]
         result = evaluate(rows, base, self.settings, margins=self.margins,
-                          remeasure=self.session._remeasure(self.args.matrix), partial=True,
+                          remeasure=self.session.remeasure_hook(self.args.matrix), partial=True,
                           current_label=f"{kind}{rep}", baseline_label="cal1")
         aa_med = {r.key: r.time_us_median for r in (aa or []) if r.status == "ok"}
         for v in result.verdicts:

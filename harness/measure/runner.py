@@ -147,6 +147,7 @@ class Runner:
         self.progress = progress
         self.rows: list[ResultRow] = []
         self._fresh = None
+        self._weights: tuple = ()                 # the case's weights (fresh-input reference)
         rule = StopRule.from_settings(ctx.settings)
         self.rule = rule
         self.read_clock = sm_clock_reader(ctx.device)
