@@ -163,6 +163,7 @@ def environment(device: torch.device | str) -> dict:
         env["gpu_name"] = props.name
         env["compute_capability"] = f"{props.major}.{props.minor}"
         env["sm_count"] = props.multi_processor_count
+        env["gpu_uuid"] = str(getattr(props, "uuid", "") or "")   # which physical GPU
         env["l2_cache_bytes"] = int(props.L2_cache_size)
         env["total_memory_bytes"] = int(props.total_memory)
         env["driver"], note = _driver_version()

@@ -3,7 +3,7 @@
     python3 -m harness.measure.gate_study --out DIR [--matrix production] [--filter "M <= 16"]
         [--paths native_int4,fp16_cache,marlin_asym] [--plant fp16_cache]
         [--calibration-runs 5] [--reps 20] [--modes graph] [--preset default]
-        [--set KEY=VALUE] [--budget-s 480]
+        [--set KEY=VALUE] [--budget-s 480] [--resume]
 
 What it does, on one GPU and one build (``harness bench`` underneath, one ``BenchSession``):
   1. ``--calibration-runs`` A/A runs of the matrix; the first is the baseline, all of them
@@ -19,6 +19,11 @@ verdict goes to ``DIR/verdicts.csv`` after each repetition, with the planted slo
 defect expected (from its own graph calibration) and the slowdown measured against the
 same repetition's A/A run; ``harness.reports.gate_study_report`` turns that into
 ``DIR/gate_study.md``. Stops starting repetitions when ``--budget-s`` would be exceeded.
+``--resume`` continues a study in ``--out`` (a device call has a time limit): the
+baseline and margins written by its calibration are read back instead of calibrating
+again, and repetitions go on after the last one in ``DIR/verdicts.csv`` up to ``--reps``
+in total. Each segment (first run, resumes) is listed in ``DIR/segments.json`` with its
+commit, GPU and repetitions, so a study spread over two machines says so.
 Exit 0 when at least one repetition was gated, 2 when nothing could be measured.
 """
 
@@ -31,6 +36,7 @@ import time
 from pathlib import Path
 
 from harness.reports.gate_study_report import render, summarize, write_verdicts
+from harness.reports.store import atomic_write_text
 
 T0 = time.monotonic()
 
@@ -52,6 +58,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cpu", action="store_true",
                    help="a dry run of the pipeline on the CPU paths (mode cpu; CPU timing is noisy)")
     p.add_argument("--budget-s", type=float, default=480.0, help="stop starting repetitions after this")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the study in --out: reuse its baseline and margins, --reps in total")
     a = p.parse_args(argv)
     a.paths = [x.strip() for x in a.paths.split(",") if x.strip()]
     a.plant = [x.strip() for x in a.plant.split(",") if x.strip()]
@@ -130,6 +138,20 @@ class Study:
         self.log(f"calibrated {len(vals)} margins from {len(runs)} runs: median "
                  f"{vals[len(vals) // 2]:.2%}, largest {vals[-1]:.2%}" if vals else "no margins")
 
+    def resume(self) -> int:
+        """Read back the calibration and verdicts of ``--out``; returns the last repetition."""
+        from harness.reports.baseline import read_baseline_matrix
+        from harness.reports.gate_study_report import read_verdicts
+
+        directory = self.out / "baselines" / self.session.arch
+        self.base_rows, meta = read_baseline_matrix(directory, self.args.matrix)
+        self.margins = dict(meta.noise_margins)
+        self.verdicts = read_verdicts(self.out / "verdicts.csv")
+        last = max((int(v["rep"]) for v in self.verdicts), default=0)
+        self.log(f"resumed: baseline {directory} ({meta.environment.gpu_name} on {meta.environment.host}, "
+                 f"{len(self.base_rows)} rows, {len(self.margins)} margins), {last} repetitions done")
+        return last
+
     def gate(self, rows, paths, rep: int, kind: str, planted: str = "", plans=None, aa=None) -> dict:
         from harness.reports.gate import evaluate
 
@@ -174,13 +196,25 @@ def _mean_plans(by_shape: dict) -> dict:
     return out
 
 
+def _segments(out: Path, study: Study, first: int) -> list[dict]:
+    """Earlier segments of the study in ``out`` plus this one (commit, GPU, repetitions)."""
+    path = out / "segments.json"
+    earlier = json.loads(path.read_text()) if path.is_file() else []
+    env = study.session.env
+    return earlier + [{"commit": env.get("commit"), "gpu": env.get("gpu_name"), "host": env.get("host"),
+                       "gpu_uuid": env.get("gpu_uuid"), "started_rep": first, "reps": [first, first - 1],
+                       "resumed": bool(earlier) or first > 1}]
+
+
 def main(argv=None) -> int:
     global T0
     T0 = time.monotonic()
     args = parse_args(argv)
     out = Path(args.out)
-    if (out / "verdicts.csv").exists():
-        raise SystemExit(f"gate_study: {out / 'verdicts.csv'} exists; choose a new --out")
+    if (out / "verdicts.csv").exists() and not args.resume:
+        raise SystemExit(f"gate_study: {out / 'verdicts.csv'} exists; choose a new --out or --resume")
+    if args.resume and not (out / "verdicts.csv").is_file():
+        raise SystemExit(f"gate_study: --resume: {out / 'verdicts.csv'} does not exist")
     out.mkdir(parents=True, exist_ok=True)
     logf = open(out / "log.txt", "a", buffering=1)
 
@@ -196,15 +230,16 @@ def main(argv=None) -> int:
         return 2
     study = Study(args, log)
     log(f"{len(study.cases)} cases x {len(args.paths)} paths x {args.modes}; planted on {args.plant}")
-    study.calibrate()
+    first = study.resume() + 1 if args.resume else (study.calibrate() or 1)
+    segments = _segments(out, study, first)
     header = {"command": "python3 -m harness.measure.gate_study " + " ".join(argv or sys.argv[1:]),
               "environment": study.session.env, "ceilings": study.session.ceilings.numbers(),
               "settings": study.settings.to_dict(), "cases": len(study.cases), "paths": args.paths,
               "planted": args.plant, "modes": list(args.modes), "margins": len(study.margins),
-              "calibration_runs": args.calibration_runs}
+              "calibration_runs": args.calibration_runs, "segments": segments}
     durations: list[float] = []
-    done = 0
-    for rep in range(1, args.reps + 1):
+    done = first - 1
+    for rep in range(first, args.reps + 1):
         est = max(durations) if durations else 0.0
         if time.monotonic() - T0 + est > args.budget_s:
             log(f"budget of {args.budget_s:.0f} s reached after {done} repetitions")
@@ -213,6 +248,8 @@ def main(argv=None) -> int:
         study.repetition(rep)
         durations.append(time.monotonic() - t)
         done = rep
+        segments[-1]["reps"] = [first, rep]
+        atomic_write_text(out / "segments.json", json.dumps(segments, indent=1))
         write_verdicts(out / "verdicts.csv", study.verdicts)
         summary = summarize(study.verdicts)
         (out / "gate_study.md").write_text(render(summary, {**header, "reps_done": done}))

@@ -127,6 +127,13 @@ def render(summary: Mapping, header: Mapping) -> str:
                      f"{header.get('cases')} cases x paths {header.get('paths')}, modes {header.get('modes')}, "
                      f"{header.get('calibration_runs')} calibration runs, {header.get('reps_done')} repetitions.")
         lines.append("")
+    segments = header.get("segments") or []
+    if len(segments) > 1:
+        lines += ["Segments (``--resume``; every one gated against the calibration of the first):", ""]
+        lines += [f"- repetitions {s.get('reps', ['?', '?'])[0]}-{s.get('reps', ['?', '?'])[1]}: commit "
+                  f"{s.get('commit')}, {s.get('gpu')} on host {s.get('host')} (GPU {s.get('gpu_uuid') or '?'})"
+                  for s in segments]
+        lines.append("")
     a = summary.get("aa") or {}
     if a:
         lines += ["## A/A (same build, gated against calibration run 1 with the calibrated margins)", "",

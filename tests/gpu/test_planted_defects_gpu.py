@@ -33,7 +33,6 @@ PER_ROW = GemmCase(M=16, N=512, K=2048, group_size=2048, seed=31)
 MANY_GROUPS = GemmCase(M=16, N=1024, K=8192, group_size=128, seed=31)       # 64 groups
 SMALL_M = GemmCase(M=16, N=256, K=4096, group_size=128, seed=32)            # a_sum 2 KiB
 LARGER_M = GemmCase(M=64, N=256, K=4096, group_size=128, seed=32)           # a_sum 8 KiB
-BIG = GemmCase(M=1024, N=8192, K=8192, group_size=128, seed=33)             # ~200 us fp16
 DECODE = GemmCase(M=16, N=8192, K=8192, group_size=128, seed=33)            # ~45 us fp16
 SUMMARY: dict[str, tuple[bool, str]] = {}
 
@@ -157,23 +156,34 @@ def test_cached_output_is_caught_by_the_fresh_recheck(gpu, accuracy_base):
 
 
 def test_a_five_percent_slowdown_is_slower_in_graph_mode(gpu):
+    """A memory-bound decode GEMM of ~45 µs (fp16 cache), so the sleep node's own ~1 µs is
+    well under the 5% asked for. (The compute-bound M1024 GEMM of ~200 µs used before
+    moved by more than 5% between two clean runs on the H200 at a15c27a4788c: first
+    +18.6%, re-measured -2.75% with the defect planted; its clock follows the power draw.)"""
     settings = load_settings("default")
     reg = _registry("fp16_cache")
     plant = defects.get("slowdown_5pct").plant
+    planted: list[dict] = []
 
     def clean():
-        return _clean(gpu, reg, (BIG,), modes=("graph",), settings=settings, max_copies=1024)
+        return _clean(gpu, reg, (DECODE,), modes=("graph",), settings=settings)
 
     def slow():
-        with plant(registry=reg):
-            return _run(gpu, reg, (BIG,), modes=("graph",), settings=settings, max_copies=1024)
+        with plant(registry=reg) as wrapper:
+            rows = _run(gpu, reg, (DECODE,), modes=("graph",), settings=settings)
+        planted.extend(p for plans in wrapper.plans_by_shape.values() for p in plans)
+        return rows
 
     base, cur = clean(), slow()
-    key = (BIG.id, "fp16_cache", "graph")
+    key = (DECODE.id, "fp16_cache", "graph")
     v = _record("slowdown_5pct", evaluate(cur, base, settings, remeasure=lambda keys: (clean(), slow())),
                 [key])
-    assert v[key].verdict == Verdict.SLOWER and v[key].fails, v[key].reasons
-    assert 0.03 < v[key].time_change < 0.25, v[key].time_change
+    expected = ", ".join(f"{p['expected_fraction']:+.1%}" for p in planted)
+    clocks = f"clock {cur[0].clock_start_mhz:.0f}->{cur[0].clock_end_mhz:.0f} MHz"
+    name, text = SUMMARY["slowdown_5pct"][1], f"planted {expected} ({clocks})"
+    SUMMARY["slowdown_5pct"] = (SUMMARY["slowdown_5pct"][0], f"{name}; {text}")
+    assert v[key].verdict == Verdict.SLOWER and v[key].fails, (v[key].reasons, text)
+    assert 0.03 < v[key].time_change < 0.25, (v[key].time_change, text)
 
 
 def test_a_kernel_on_a_side_stream_cannot_hide(gpu):

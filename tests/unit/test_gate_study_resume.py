@@ -1,0 +1,34 @@
+"""``python3 -m harness.measure.gate_study --cpu``: a study continued with ``--resume``."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from harness.measure import gate_study
+
+ARGS = ["--cpu", "--matrix", "smoke", "--filter", "M <= 4", "--paths", "native_int4,fp16_cache",
+        "--plant", "fp16_cache", "--calibration-runs", "2", "--set", "max_case_seconds=0.02",
+        "--set", "warmup_ms=1"]
+
+
+def test_resume_reuses_the_calibration_and_numbers_on(tmp_path):
+    out = tmp_path / "study"
+    assert gate_study.main(ARGS + ["--out", str(out), "--reps", "1"]) == 0
+    baseline = (out / "baselines" / "cpu" / "smoke.csv").read_bytes()
+    with pytest.raises(SystemExit, match="exists; choose a new --out or --resume"):
+        gate_study.main(ARGS + ["--out", str(out), "--reps", "2"])
+    assert gate_study.main(ARGS + ["--out", str(out), "--reps", "2", "--resume"]) == 0
+    v = pd.read_csv(out / "verdicts.csv")
+    assert sorted(v["rep"].unique()) == [1, 2]
+    assert set(v[v["rep"] == 2]["kind"]) == {"aa", "planted"}
+    assert (out / "baselines" / "cpu" / "smoke.csv").read_bytes() == baseline   # not recalibrated
+    segments = json.loads((out / "segments.json").read_text())
+    assert [s["reps"] for s in segments] == [[1, 1], [2, 2]] and segments[1]["resumed"]
+    md = (out / "gate_study.md").read_text()
+    assert "repetitions 2-2" in md and "2 repetitions" in md
+
+
+def test_resume_needs_a_study(tmp_path):
+    with pytest.raises(SystemExit, match="does not exist"):
+        gate_study.main(ARGS + ["--out", str(tmp_path / "none"), "--reps", "1", "--resume"])
