@@ -158,8 +158,8 @@ class Study:
         from harness.measure.ceilings import l2_cache_bytes
         from harness.measure.roofline import bytes_moved
         from harness.measure.rotation import build_operands, plan_copies, prepared_nbytes
-        from harness.measure.runner import FRESH_SEED_OFFSET, MIN_BATCH_US
-        from harness.measure.timing import choose_calls, make_timer
+        from harness.measure.runner import FRESH_SEED_OFFSET
+        from harness.measure.timing import batch_calls, make_timer
 
         dev = self.dev
         from harness.kernels.correction_variants import shape_class
@@ -206,7 +206,7 @@ class Study:
         per = max(pilot(), 1e-3)
         rows = []
         for mode in self.args.modes:
-            calls = choose_calls(per, ops.copies, MIN_BATCH_US[mode])
+            calls = batch_calls(mode, per, ops.copies)
             times: dict[str, object] = {}
             order = ["marlin_only"] + [v for v in variants if v != "marlin_only"] + ["marlin_end"]
             for v in order:

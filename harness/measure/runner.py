@@ -45,14 +45,13 @@ from .envinfo import sm_clock_reader
 from .escape import escaped_work, event_tail_batch
 from .roofline import Peaks, bytes_moved, datasheet_peaks, roofline
 from .rotation import build_operands, plan_copies, prepared_nbytes
-from .timing import StopRule, TimingResult, choose_calls, make_timer, time_batches
+from .timing import StopRule, TimingResult, batch_calls, make_timer, time_batches
 
 #: Seed offset of the fresh activations used for the post-timing re-check.
 FRESH_SEED_OFFSET = 7919
 #: A batch lasts at least this long, so the latency before its first kernel starts (an
 #: eager launch from Python ~10-20 us, a graph launch ~5-10 us; measured on an H200 as
 #: the gap between event time and profiler kernel time at R = 4) is amortised to <~1%.
-MIN_BATCH_US = {"cold": 2000.0, "graph": 1000.0, "cpu": 1000.0}
 DEFAULT_ULP_BUDGET = 2.0
 
 
@@ -298,7 +297,7 @@ class Runner:
         pilot = make_timer("cpu" if mode == "cpu" else "cold", step, copies, self.ctx.device)
         pilot()                                   # warm (module load, first-call work)
         per_call = max(pilot(), 1e-3)
-        return choose_calls(per_call, copies, MIN_BATCH_US[mode])
+        return batch_calls(mode, per_call, copies)
 
     def _timed(self, mode: str, step, calls: int) -> TimingResult:
         timer = make_timer(mode, step, calls, self.ctx.device)

@@ -26,8 +26,8 @@ from .accuracy import AccuracyStats, accuracy_stats
 from .ceilings import l2_cache_bytes
 from .roofline import bytes_moved
 from .rotation import Operands, RotationPlan, build_operands, plan_copies, prepared_nbytes
-from .runner import DEFAULT_ULP_BUDGET, MIN_BATCH_US, CheckFailed, ulp_dtype
-from .timing import choose_calls, make_timer
+from .runner import DEFAULT_ULP_BUDGET, CheckFailed, ulp_dtype
+from .timing import batch_calls, make_timer
 
 
 class DeviceClock:
@@ -98,6 +98,6 @@ def setup_timing(case: GemmCase, path: GemmPath, device: torch.device, mode: str
     step = ops.step_fn(path.run)
     pilot = make_timer("cpu" if mode == "cpu" else "cold", step, ops.copies, device)
     pilot()
-    calls = choose_calls(max(pilot(), 1e-3), ops.copies, MIN_BATCH_US[mode])
+    calls = batch_calls(mode, max(pilot(), 1e-3), ops.copies)
     timer = make_timer(mode, step, calls, device)
     return TimingSetup(case, path, mode, ops, plan, calls, acc, timer)

@@ -8,7 +8,9 @@ that are not in L2 once the copies' bytes exceed 3x the L2 size.
 
 Modes (one ``BatchTimer`` each):
   * ``cold``  -- eager: a Python loop of R calls between two CUDA events on the current
-    stream (what TinyLoop's eager runtime pays, launch gaps included).
+    stream, the host kept ahead by a device spin before the batch (``EventBatchTimer``):
+    what the device pays for R separately launched calls, launch gaps included, Python's
+    dispatch time not.
   * ``graph`` -- the same R calls captured once in a ``torch.cuda.CUDAGraph`` and replayed
     between two CUDA events.
   * ``cpu``   -- ``time.perf_counter_ns`` around R synchronous CPU calls (no GPU).
@@ -205,98 +207,6 @@ def sample_until(batch: Callable[[], float], rule: StopRule,
             gc.enable()
 
 
-# ----------------------------------------------------------------------------- timers
-class CpuBatchTimer:
-    """perf_counter_ns around R synchronous CPU calls; returns us per call."""
-
-    mode = "cpu"
-
-    def __init__(self, step: Callable[[int], object], calls: int) -> None:
-        if calls < 1:
-            raise TimingError(f"calls: must be >= 1, got {calls}")
-        self.step, self.calls = step, calls
-
-    def __call__(self) -> float:
-        step, calls = self.step, self.calls
-        t0 = time.perf_counter_ns()
-        for i in range(calls):
-            step(i)
-        return (time.perf_counter_ns() - t0) / 1e3 / calls
-
-
-class EventBatchTimer:
-    """Eager R calls between two CUDA events on the current stream ('cold' mode)."""
-
-    mode = "cold"
-
-    def __init__(self, step: Callable[[int], object], calls: int, device) -> None:
-        import torch
-
-        if calls < 1:
-            raise TimingError(f"calls: must be >= 1, got {calls}")
-        self.step, self.calls, self.device = step, calls, device
-        self._torch = torch
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
-
-    def __call__(self) -> float:
-        torch, step = self._torch, self.step
-        self._start.record()
-        for i in range(self.calls):
-            step(i)
-        self._end.record()
-        torch.cuda.synchronize(self.device)       # every stream, before reading the events
-        return self._start.elapsed_time(self._end) * 1e3 / self.calls
-
-
-class GraphBatchTimer:
-    """The same R calls captured once in a CUDA graph, replayed between two events."""
-
-    mode = "graph"
-
-    def __init__(self, step: Callable[[int], object], calls: int, device) -> None:
-        import torch
-
-        if calls < 1:
-            raise TimingError(f"calls: must be >= 1, got {calls}")
-        self.calls, self.device, self._torch = calls, device, torch
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):             # allocations/handles outside the capture
-            for i in range(calls):
-                step(i)
-        torch.cuda.current_stream(device).wait_stream(side)
-        torch.cuda.synchronize(device)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            for i in range(calls):
-                step(i)
-        torch.cuda.synchronize(device)
-        self._start = torch.cuda.Event(enable_timing=True)
-        self._end = torch.cuda.Event(enable_timing=True)
-
-    def __call__(self) -> float:
-        self._start.record()
-        self.graph.replay()
-        self._end.record()
-        self._torch.cuda.synchronize(self.device)
-        return self._start.elapsed_time(self._end) * 1e3 / self.calls
-
-    def close(self) -> None:
-        self.graph.reset()
-
-
-def make_timer(mode: str, step: Callable[[int], object], calls: int, device=None):
-    """The ``BatchTimer`` of ``mode`` (one of ``MODES``)."""
-    if mode == "cpu":
-        return CpuBatchTimer(step, calls)
-    if mode == "cold":
-        return EventBatchTimer(step, calls, device)
-    if mode == "graph":
-        return GraphBatchTimer(step, calls, device)
-    raise TimingError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
-
-
 # ----------------------------------------------------------------------------- one case
 @dataclass(frozen=True)
 class TimingResult:
@@ -339,7 +249,8 @@ def time_batches(timer: Callable[[], float], rule: StopRule,
     if read_clock is not None:
         clocks.append(read_clock())
     start, end = (clocks[0], clocks[-1]) if clocks else ((math.nan, ""), (math.nan, ""))
-    notes = "; ".join(dict.fromkeys(n for n in (start[1], end[1]) if n))
+    timer_note = getattr(timer, "note", None)
+    notes = "; ".join(dict.fromkeys(n for n in (start[1], end[1], timer_note() if timer_note else "") if n))
     return TimingResult(
         mode=mode, stats=summarize(samples), samples_kept=tuple(keep_evenly(samples)),
         stop_reason=reason, calls_per_batch=calls_per_batch, warmup_batches=warm,
@@ -350,8 +261,27 @@ def time_batches(timer: Callable[[], float], rule: StopRule,
 
 def choose_calls(per_call_us: float, copies: int, min_batch_us: float,
                  max_calls: int = 4096) -> int:
-    """R: at least ``copies`` (every rotated copy in each batch) and a batch >= min_batch_us."""
+    """R: at least ``copies`` (every rotated copy in each batch) and a batch >= min_batch_us,
+    at most ``max_calls`` unless ``copies`` needs more."""
     if not per_call_us > 0 or not math.isfinite(per_call_us):
         raise TimingError(f"per_call_us: must be a positive number, got {per_call_us!r}")
     need = math.ceil(min_batch_us / per_call_us)
-    return int(max(1, min(max_calls, max(copies, need))))
+    return int(max(1, copies, min(max_calls, need)))
+
+
+#: Shortest batch per mode (µs): it amortises the latency before a batch's first kernel.
+MIN_BATCH_US = {"cold": 2000.0, "graph": 1000.0, "cpu": 1000.0}
+#: Most calls per batch per mode. Cold batches stay well under the driver's queue of
+#: pending launches (about a thousand; a 4-kernel call x 128 = 512), which the host-ahead
+#: spin of ``EventBatchTimer`` needs; its spin also removes the start latency that
+#: ``MIN_BATCH_US`` amortises, so a shorter cold batch costs nothing.
+MAX_CALLS = {"cold": 128, "graph": 4096, "cpu": 4096}
+
+
+def batch_calls(mode: str, per_call_us: float, copies: int) -> int:
+    """R for ``mode`` from a pilot's per-call time (``choose_calls`` with the mode's limits)."""
+    return choose_calls(per_call_us, copies, MIN_BATCH_US[mode], MAX_CALLS[mode])
+
+
+# The batch timers live in ``timers``; re-exported here (they need this module's names).
+from .timers import CpuBatchTimer, EventBatchTimer, GraphBatchTimer, make_timer  # noqa: E402,F401

@@ -155,6 +155,14 @@ def test_choose_calls():
     assert T.choose_calls(0.001, copies=1, min_batch_us=200.0, max_calls=4096) == 4096
     with pytest.raises(T.TimingError, match="per_call_us"):
         T.choose_calls(0.0, 1, 200.0)
+    assert T.choose_calls(0.001, copies=200, min_batch_us=200.0, max_calls=128) == 200   # every copy
+
+
+def test_cold_batches_stay_short_for_the_host_ahead_spin():
+    # a 2 µs kernel would need 1000 calls for 2 ms; cold batches stop at 128 calls
+    assert T.batch_calls("cold", 2.0, copies=4) == T.MAX_CALLS["cold"] == 128
+    assert T.batch_calls("graph", 2.0, copies=4) == 500
+    assert T.batch_calls("cold", 2.0, copies=300) == 300
 
 
 def test_plan_copies_exceeds_three_l2():
