@@ -3,13 +3,18 @@
     python3 -m harness.measure.gate_study --out DIR [--matrix production] [--filter "M <= 16"]
         [--paths native_int4,fp16_cache,marlin_asym] [--plant fp16_cache]
         [--calibration-runs 5] [--reps 20] [--modes graph] [--preset default]
-        [--set KEY=VALUE] [--budget-s 480] [--resume]
+        [--set KEY=VALUE] [--budget-s 480] [--resume] [--calibrate-in-process]
 
 What it does, on one GPU and one build (``harness bench`` underneath, one ``BenchSession``):
-  1. ``--calibration-runs`` A/A runs of the matrix; the first is the baseline, all of them
-     give the per-case noise margins (``harness.reports.stats.noise_margins``, as
-     ``harness baseline calibrate`` does); the baseline and its margins are written to
-     ``DIR/baselines/<arch>/`` so any later gate can be reproduced from the files;
+  1. ``--calibration-runs`` A/A runs of the matrix, each ``harness bench`` in its OWN
+     process (``DIR/calibration/p<k>/``); the first is the baseline, all of them give the
+     per-case noise margins (``harness.reports.stats.noise_margins``, as ``harness
+     baseline calibrate`` does); the baseline and its margins are written to
+     ``DIR/baselines/<arch>/`` so any later gate can be reproduced from the files. Why
+     separate processes: on the H200 the medians of ~6-14 µs fp16_cache rows moved by
+     up to 3.4% between processes while staying within ~1% inside one (the study of
+     2026-12-02, docs/measurement.md §9.1), so margins calibrated in one process were too
+     tight for any later run. ``--calibrate-in-process`` keeps the old, faster way;
   2. ``--reps`` repetitions, each: an A/A run of every path, gated against that baseline
      (AMBIGUOUS rows re-measured, as ``harness bench`` does), then, for each ``--plant``
      path, a run of that path alone with the ``slowdown_5pct`` defect planted
@@ -58,6 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--cpu", action="store_true",
                    help="a dry run of the pipeline on the CPU paths (mode cpu; CPU timing is noisy)")
     p.add_argument("--budget-s", type=float, default=480.0, help="stop starting repetitions after this")
+    p.add_argument("--calibrate-in-process", action="store_true",
+                   help="calibration runs in this process (faster; misses between-process noise)")
     p.add_argument("--resume", action="store_true",
                    help="continue the study in --out: reuse its baseline and margins, --reps in total")
     a = p.parse_args(argv)
@@ -123,20 +130,48 @@ class Study:
         from harness.reports.environment import Environment
         from harness.reports.stats import noise_margins
 
-        runs = [self.measure(f".cal{k}", self.args.paths) for k in range(1, self.args.calibration_runs + 1)]
+        n = self.args.calibration_runs
+        if self.args.calibrate_in_process:
+            runs, how = [self.measure(f".cal{k}", self.args.paths) for k in range(1, n + 1)], "in-process"
+        else:
+            runs, how = [self.calibration_process(k) for k in range(1, n + 1)], "separate processes"
         self.base_rows = runs[0]
         medians = [{r.key: r.time_us_median for r in run if r.status == "ok"} for run in runs]
         self.margins = noise_margins(medians, self.settings.noise_margin_floor)
         meta = BaselineMeta(matrix=self.args.matrix, arch=self.session.arch,
                             environment=Environment.from_dict(self.session.env), rows_sha256="",
                             noise_margins=self.margins, settings=self.settings.to_dict(),
-                            source=f"gate_study calibration run 1 of {len(runs)}",
-                            calibration={"runs": len(runs), "quantile": 95.0,
+                            source=f"gate_study calibration run 1 of {len(runs)} ({how})",
+                            calibration={"runs": len(runs), "quantile": 95.0, "processes": how,
                                          "floor": self.settings.noise_margin_floor})
         write_baseline_matrix(self.out / "baselines" / self.session.arch, self.base_rows, meta)
         vals = sorted(self.margins.values())
         self.log(f"calibrated {len(vals)} margins from {len(runs)} runs: median "
                  f"{vals[len(vals) // 2]:.2%}, largest {vals[-1]:.2%}" if vals else "no margins")
+
+    def calibration_process(self, k: int) -> list:
+        """One calibration run as ``harness bench`` in a child process; its rows."""
+        import subprocess
+
+        from harness.reports.store import find_result_csvs, read_rows
+
+        a, out = self.args, self.out / "calibration" / f"p{k}"
+        cmd = [sys.executable, "-m", "harness", "bench", "--matrix", a.matrix, "--filter", a.filter,
+               "--paths", ",".join(a.paths), "--mode", ",".join(self.session.modes), "--no-compare",
+               "--no-progress", "--out", str(out)]
+        cmd += (["--cpu"] if a.cpu else []) + (["--preset", a.preset] if a.preset else [])
+        cmd += [x for kv in a.set for x in ("--set", kv)]
+        t = time.monotonic()
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])
+            raise RuntimeError(f"calibration process {k} exited {proc.returncode}: {tail}")
+        csvs = [c for c in find_result_csvs(out) if c.stem == a.matrix]
+        if len(csvs) != 1:
+            raise RuntimeError(f"calibration process {k}: expected one {a.matrix}.csv under {out}, found {len(csvs)}")
+        rows = read_rows(csvs[0])
+        self.log(f"calibration process {k}: {len(rows)} rows in {time.monotonic() - t:.1f} s ({csvs[0]})")
+        return rows
 
     def resume(self) -> int:
         """Read back the calibration and verdicts of ``--out``; returns the last repetition."""

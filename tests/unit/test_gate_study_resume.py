@@ -1,4 +1,5 @@
-"""``python3 -m harness.measure.gate_study --cpu``: a study continued with ``--resume``."""
+"""``python3 -m harness.measure.gate_study --cpu``: calibration in separate processes, and a
+study continued with ``--resume``."""
 
 import json
 
@@ -16,6 +17,10 @@ def test_resume_reuses_the_calibration_and_numbers_on(tmp_path):
     out = tmp_path / "study"
     assert gate_study.main(ARGS + ["--out", str(out), "--reps", "1"]) == 0
     baseline = (out / "baselines" / "cpu" / "smoke.csv").read_bytes()
+    # each calibration run was a `harness bench` process of its own, the first is the baseline
+    assert sorted(p.name for p in (out / "calibration").iterdir()) == ["p1", "p2"]
+    meta = json.loads((out / "baselines" / "cpu" / "smoke.json").read_text())
+    assert "separate processes" in meta["source"] and meta["calibration"]["runs"] == 2
     with pytest.raises(SystemExit, match="exists; choose a new --out or --resume"):
         gate_study.main(ARGS + ["--out", str(out), "--reps", "2"])
     assert gate_study.main(ARGS + ["--out", str(out), "--reps", "2", "--resume"]) == 0
@@ -27,6 +32,13 @@ def test_resume_reuses_the_calibration_and_numbers_on(tmp_path):
     assert [s["reps"] for s in segments] == [[1, 1], [2, 2]] and segments[1]["resumed"]
     md = (out / "gate_study.md").read_text()
     assert "repetitions 2-2" in md and "2 repetitions" in md
+
+
+def test_calibration_in_process_is_still_available(tmp_path):
+    out = tmp_path / "study"
+    assert gate_study.main(ARGS + ["--out", str(out), "--reps", "1", "--calibrate-in-process"]) == 0
+    assert not (out / "calibration").exists()
+    assert "in-process" in json.loads((out / "baselines" / "cpu" / "smoke.json").read_text())["source"]
 
 
 def test_resume_needs_a_study(tmp_path):
