@@ -75,7 +75,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     _add_settings_args(a)
     a.set_defaults(func=_locked(run_accept))
     c = bsub.add_parser("calibrate", help="per-case noise margins from N A/A runs of one commit")
-    c.add_argument("--runs", nargs="+", required=True, metavar="RUN", help="A/A result CSVs or directories")
+    c.add_argument("--runs", nargs="+", required=True, metavar="RUN", help="A/A result CSVs or directories, best from separate processes or machines "
+                   "(--repeat runs share one process and miss between-process offsets: docs/measurement.md 9.1)")
     c.add_argument("--arch", default=None)
     c.add_argument("--root", default="baselines")
     c.add_argument("--quantile", type=float, default=95.0,
