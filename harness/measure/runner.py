@@ -49,9 +49,6 @@ from .timing import StopRule, TimingResult, batch_calls, make_timer, time_batche
 
 #: Seed offset of the fresh activations used for the post-timing re-check.
 FRESH_SEED_OFFSET = 7919
-#: A batch lasts at least this long, so the latency before its first kernel starts (an
-#: eager launch from Python ~10-20 us, a graph launch ~5-10 us; measured on an H200 as
-#: the gap between event time and profiler kernel time at R = 4) is amortised to <~1%.
 DEFAULT_ULP_BUDGET = 2.0
 
 
