@@ -11,7 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from .timing import MODES, TimingError
+MODES = ("cold", "graph", "cpu")
+
+
+class TimingError(ValueError):
+    """Bad timing input or configuration; the message names the offending field."""
 
 
 class CpuBatchTimer:

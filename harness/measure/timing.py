@@ -37,15 +37,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MODES = ("cold", "graph", "cpu")
+# The batch timers (and the mode names, the error type) live in ``timers``; re-exported.
+from .timers import MODES, CpuBatchTimer, EventBatchTimer, GraphBatchTimer, TimingError, make_timer  # noqa: F401
+
 KEEP_SAMPLES = 200
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240601
 _Z95 = 1.959963984540054
-
-
-class TimingError(ValueError):
-    """Bad timing input or configuration; the message names the offending field."""
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -283,7 +281,3 @@ MAX_CALLS = {"cold": 128, "graph": 4096, "cpu": 4096}
 def batch_calls(mode: str, per_call_us: float, copies: int) -> int:
     """R for ``mode`` from a pilot's per-call time (``choose_calls`` with the mode's limits)."""
     return choose_calls(per_call_us, copies, MIN_BATCH_US[mode], MAX_CALLS[mode])
-
-
-# The batch timers live in ``timers``; re-exported here (they need this module's names).
-from .timers import CpuBatchTimer, EventBatchTimer, GraphBatchTimer, make_timer  # noqa: E402,F401
