@@ -178,6 +178,7 @@ class Study:
         from harness.reports.baseline import read_baseline_matrix
         from harness.reports.gate_study_report import read_verdicts
 
+        self.check_same_study()
         directory = self.out / "baselines" / self.session.arch
         self.base_rows, meta = read_baseline_matrix(directory, self.args.matrix)
         self.margins = dict(meta.noise_margins)
@@ -186,6 +187,23 @@ class Study:
         self.log(f"resumed: baseline {directory} ({meta.environment.gpu_name} on {meta.environment.host}, "
                  f"{len(self.base_rows)} rows, {len(self.margins)} margins), {last} repetitions done")
         return last
+
+    def design(self) -> dict:
+        """What must not change between the segments of one study."""
+        a = self.args
+        return {"matrix": a.matrix, "filter": a.filter, "paths": list(a.paths), "planted": list(a.plant),
+                "modes": list(a.modes), "settings": self.settings.to_dict(), "cases": len(self.cases)}
+
+    def check_same_study(self) -> None:
+        """--resume with other options would mix two studies: refuse, naming the option."""
+        path = self.out / "gate_study.json"
+        if not path.is_file():
+            return
+        before = json.loads(path.read_text())
+        for key, now in json.loads(json.dumps(self.design(), default=str)).items():
+            if key in before and before[key] != now:
+                raise SystemExit(f"gate_study: --resume: {key} was {before[key]!r} in {path}, now {now!r}; "
+                                 "resume with the study's own options or choose a new --out")
 
     def gate(self, rows, paths, rep: int, kind: str, planted: str = "", plans=None, aa=None) -> dict:
         from harness.reports.gate import evaluate
@@ -269,8 +287,7 @@ def main(argv=None) -> int:
     segments = _segments(out, study, first)
     header = {"command": "python3 -m harness.measure.gate_study " + " ".join(argv or sys.argv[1:]),
               "environment": study.session.env, "ceilings": study.session.ceilings.numbers(),
-              "settings": study.settings.to_dict(), "cases": len(study.cases), "paths": args.paths,
-              "planted": args.plant, "modes": list(args.modes), "margins": len(study.margins),
+              **study.design(), "margins": len(study.margins),
               "calibration_runs": args.calibration_runs, "segments": segments}
     durations: list[float] = []
     done = first - 1

@@ -41,6 +41,16 @@ def test_calibration_in_process_is_still_available(tmp_path):
     assert "in-process" in json.loads((out / "baselines" / "cpu" / "smoke.json").read_text())["source"]
 
 
+def test_resume_refuses_other_options(tmp_path):
+    out = tmp_path / "study"
+    assert gate_study.main(ARGS + ["--out", str(out), "--reps", "1", "--calibrate-in-process"]) == 0
+    other = [a if a != "native_int4,fp16_cache" else "fp16_cache" for a in ARGS]
+    with pytest.raises(SystemExit, match="--resume: paths was"):
+        gate_study.main(other + ["--out", str(out), "--reps", "2", "--resume"])
+    with pytest.raises(SystemExit, match="--resume: settings was"):
+        gate_study.main(ARGS + ["--out", str(out), "--reps", "2", "--resume", "--set", "min_effect=0.1"])
+
+
 def test_resume_needs_a_study(tmp_path):
     with pytest.raises(SystemExit, match="does not exist"):
         gate_study.main(ARGS + ["--out", str(tmp_path / "none"), "--reps", "1", "--resume"])
