@@ -4,6 +4,7 @@
 ``ext``: the harness extension, built or loaded (skip: the one-line ``BuildError``).
 ``marlin_ext``: the extension with quanto's Marlin compiled in (skip: why not).
 ``gpu_out_dir``: where GPU tests write tables/logs ($HARNESS_GPU_OUT, else a tmp dir).
+``corr_inputs``: ``f(case, device) -> (A, C0, pack)`` for the correction-kernel tests.
 """
 
 from __future__ import annotations
@@ -78,3 +79,22 @@ def check_gate(acc, path_name: str, per_row: bool) -> None:
 def gates():
     """(gate_for, check_gate, FP16_GATE) for the test modules."""
     return gate_for, check_gate, FP16_GATE
+
+
+@pytest.fixture(scope="session")
+def corr_inputs():
+    """``f(case, device)``: the case's A, a Marlin-like output C0 (half of A @ W) and the
+    asymmetric Marlin pack (formula q_minus_8), all on ``device``."""
+    from harness.cases.data import case_data
+    from harness.kernels.marlin_pack import marlin_pack_asymmetric
+
+    def make(case, device):
+        data = case_data(case)
+        w = data.weight.to(device)
+        pack = marlin_pack_asymmetric(w, formula="q_minus_8")
+        A = data.A.to(device)
+        C0 = (A.float() @ w.dequantize(torch.float32) * 0.5).half()
+        return A, C0, pack
+
+    return make
+

@@ -116,19 +116,10 @@ def test_variant_within_2_ulp_of_exact_correction(variant, case_id, mm, cuda_dev
     gates[1](accuracy_stats(out, ref), "marlin_asym", case.per_row)   # may xfail: Marlin's own error
 
 
-def _corr_inputs(case, device):
-    data = case_data(case)
-    w = data.weight.to(device)
-    pack = marlin_pack_asymmetric(w, formula="q_minus_8")
-    A = data.A.to(device)
-    C0 = (A.float() @ w.dequantize(torch.float32) * 0.5).half()   # a Marlin-like output
-    return A, C0, pack
-
-
 @pytest.mark.parametrize("variant", ["two_kernel_lean", "side_stream", "fused", "fused_pdl"])
 @pytest.mark.parametrize("case", _cases("corr_kernel"), ids=lambda c: c.id)
-def test_correction_alone_matches_python(variant, case, ext, cuda_device):
-    A, C0, pack = _corr_inputs(case, cuda_device)
+def test_correction_alone_matches_python(variant, case, ext, cuda_device, corr_inputs):
+    A, C0, pack = corr_inputs(case, cuda_device)
     C = C0.clone()
     ext.correction_variant(A, C, pack.delta, cv.ext_id(variant))
     torch.cuda.synchronize()
@@ -159,9 +150,9 @@ def test_tiled_kernels_agree_bit_for_bit(M, gs, K, ext, cuda_device):
 
 @pytest.mark.parametrize("flags", [1, 2], ids=["fp16_accum", "skip_last_tile"])
 @pytest.mark.parametrize("variant", ["two_kernel_lean", "side_stream", "fused", "fused_pdl"])
-def test_planted_flags_are_caught_under_every_variant(variant, flags, ext, cuda_device):
+def test_planted_flags_are_caught_under_every_variant(variant, flags, ext, cuda_device, corr_inputs):
     case = _cases("corr_kernel")[3]                          # M31 N1024 K4096 g128
-    A, C0, pack = _corr_inputs(case, cuda_device)
+    A, C0, pack = corr_inputs(case, cuda_device)
     corr = apply_marlin_correction(C0, A, pack.delta, pack.group_size) - C0.double()
     C = C0.clone()
     ext.correction_variant(A, C, pack.delta, cv.ext_id(variant), flags)

@@ -112,15 +112,6 @@ def test_one_hot_per_column_reads_q_times_s_and_ignores_sz(marlin_ext, cuda_devi
 
 
 # ------------------------------------------------------------------ 3. correction kernels
-def _corr_inputs(case, device):
-    data = case_data(case)
-    w = data.weight.to(device)
-    pack = marlin_pack_asymmetric(w, formula="q_minus_8")
-    A = data.A.to(device)
-    C0 = (A.float() @ w.dequantize(torch.float32) * 0.5).half()   # a Marlin-like output
-    return A, C0, pack
-
-
 def _sum_ulps(C, ref, C0):
     """|C - ref| in fp16 ULPs of the sum's operand scale, max(|ref|, |C0|, |ref - C0|).
 
@@ -135,8 +126,8 @@ def _sum_ulps(C, ref, C0):
 
 
 @pytest.mark.parametrize("case", _cases("corr_kernel"), ids=lambda c: c.id)
-def test_correction_kernels_match_python_within_2_ulp(case, ext, cuda_device):
-    A, C0, pack = _corr_inputs(case, cuda_device)
+def test_correction_kernels_match_python_within_2_ulp(case, ext, cuda_device, corr_inputs):
+    A, C0, pack = corr_inputs(case, cuda_device)
     a_sum = ext.a_group_sum(A, pack.groups)
     ref_sum = a_group_sum(A, pack.group_size)
     assert torch.allclose(a_sum.double(), ref_sum, rtol=1e-5, atol=1e-4 * ref_sum.abs().max().item())
@@ -152,9 +143,9 @@ def test_correction_kernels_match_python_within_2_ulp(case, ext, cuda_device):
 
 
 @pytest.mark.parametrize("flags", [1, 2, 4], ids=["fp16_accum", "skip_last_tile", "no_regrow"])
-def test_planted_correction_defects_are_caught(flags, ext, cuda_device):
+def test_planted_correction_defects_are_caught(flags, ext, cuda_device, corr_inputs):
     case = _cases("corr_kernel")[3]                          # M31 N1024 K4096 g128
-    A, C0, pack = _corr_inputs(case, cuda_device)
+    A, C0, pack = corr_inputs(case, cuda_device)
     ref = apply_marlin_correction(C0, A, pack.delta, pack.group_size)
     if flags == 4:
         ext.scratch_free(cuda_device.index)                  # stale (empty) scratch
