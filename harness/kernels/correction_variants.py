@@ -81,9 +81,10 @@ STUDIED = ("marlin_only",) + CORRECTIONS + FLOORS
 #: Shape classes of M (inclusive bounds): decode, mid-size batches, prefill.
 SHAPE_CLASSES = (("decode", 1, 16), ("mid", 17, 256), ("large", 257, math.inf))
 
-#: The variant ``auto`` runs per shape class. Placeholder until the study has been run on
-#: the target GPU: paste the line ``correction_study`` prints under "Recommendation".
-AUTO_BY_CLASS: dict[str, str] = {"decode": "two_kernel", "mid": "two_kernel", "large": "two_kernel"}
+#: The variant ``auto`` runs per shape class: the line ``correction_study`` printed under
+#: "Recommendation" on the H200 (docs/hopper.md sections 4-5). Re-run the study on another
+#: GPU before trusting it there; paste the line it prints.
+AUTO_BY_CLASS: dict[str, str] = {"decode": "side_stream", "mid": "side_stream", "large": "side_stream"}
 
 
 def shape_class(M: int) -> str:
@@ -113,12 +114,24 @@ def resolve_variant(name: str | None, default: str) -> str:
     return check_variant_name(default, "DEFAULT_VARIANT")
 
 
+def variant_requested(name: str | None) -> bool:
+    """True when ``name`` or ``$HARNESS_CORRECTION_VARIANT`` asks for a variant (not the default)."""
+    return name is not None or bool(os.environ.get(VARIANT_ENV, "").strip())
+
+
 def concrete_variant(name: str, M: int) -> str:
     """``name`` itself, or for ``auto`` the entry of ``AUTO_BY_CLASS`` for M's class
     (``two_kernel`` for a class the table leaves out)."""
     if name != "auto":
         return name
     return check_variant_name(AUTO_BY_CLASS.get(shape_class(M), "two_kernel"), "AUTO_BY_CLASS")
+
+
+def describe(name: str) -> str:
+    """``name``, and for ``auto`` what it runs per class (for row notes and the environment)."""
+    if name != "auto":
+        return name
+    return "auto (" + ", ".join(f"{c}={AUTO_BY_CLASS.get(c, 'two_kernel')}" for c, _, _ in SHAPE_CLASSES) + ")"
 
 
 def ext_id(name: str) -> int | None:

@@ -51,8 +51,10 @@ from .correction_variants import (
     CorrectionVariantError,
     check_variant_name,
     concrete_variant,
+    describe,
     ext_id,
     resolve_variant,
+    variant_requested,
 )
 from .marlin_pack import MarlinPack, marlin_groupsize, marlin_pack_asymmetric
 from .marlin_providers import (
@@ -64,27 +66,49 @@ from .marlin_providers import (
 )
 from .reference import apply_marlin_correction, implied_weight
 
-#: The variant ``marlin_asym`` runs unless told otherwise. One-line switch: set it to
-#: "auto" (with AUTO_BY_CLASS filled from the study) once the study has been measured.
-DEFAULT_VARIANT = "two_kernel"
+#: The variant ``marlin_asym`` runs unless told otherwise: ``auto``, i.e. per shape class
+#: the variant ``correction_variants.AUTO_BY_CLASS`` names (the correction study's pick on
+#: the H200: side_stream in every class; docs/hopper.md section 5).
+DEFAULT_VARIANT = "auto"
 
 DEFECTS = (None, "delta_wrong_sign", "correction_twice")
 TEST_DEFECT: str | None = None
 CORRECTION_FLAGS: int = 0
+#: Test-only: when set, the variant every call without an explicit one runs (a planted
+#: defect that lives in one variant's kernels pins that variant).
+TEST_VARIANT: str | None = None
 
 
 @contextmanager
-def planted_defect(defect: str | None = None, flags: int = 0) -> Iterator[None]:
-    """Test-only: plant ``defect`` (see ``DEFECTS``) and/or CUDA correction ``flags``."""
-    global TEST_DEFECT, CORRECTION_FLAGS
+def planted_defect(defect: str | None = None, flags: int = 0,
+                   variant: str | None = None) -> Iterator[None]:
+    """Test-only: plant ``defect`` (see ``DEFECTS``) and/or CUDA correction ``flags``.
+
+    ``variant`` pins the correction variant of every call that does not name one (e.g.
+    ``two_kernel`` for flag bit 2, which only the seed's scratch honours)."""
+    global TEST_DEFECT, CORRECTION_FLAGS, TEST_VARIANT
     if defect not in DEFECTS:
         raise ValueError(f"defect: {defect!r} is not one of {DEFECTS}")
-    saved = TEST_DEFECT, CORRECTION_FLAGS
-    TEST_DEFECT, CORRECTION_FLAGS = defect, int(flags)
+    pinned = None if variant is None else check_variant_name(variant)
+    saved = TEST_DEFECT, CORRECTION_FLAGS, TEST_VARIANT
+    TEST_DEFECT, CORRECTION_FLAGS, TEST_VARIANT = defect, int(flags), pinned
     try:
         yield
     finally:
-        TEST_DEFECT, CORRECTION_FLAGS = saved
+        TEST_DEFECT, CORRECTION_FLAGS, TEST_VARIANT = saved
+
+
+def choose_variant(variant: str | None, provider: str) -> str:
+    """The variant to run for ``provider``: ``resolve_variant``, except that the default
+    falls back to ``two_kernel`` for a provider other than quanto (the other variants need
+    quanto's C entry); a variant asked for by name there is an error naming it."""
+    name = resolve_variant(variant, DEFAULT_VARIANT)
+    if provider != "quanto" and name != "two_kernel":
+        if not variant_requested(variant):
+            return "two_kernel"
+        raise CorrectionVariantError(
+            f"variant: {name!r} needs the quanto provider (provider {provider} runs two_kernel only)")
+    return name
 
 
 def new_workspace(N: int, device: torch.device, max_par: int = DEFAULT_MAX_PAR) -> torch.Tensor:
@@ -107,7 +131,9 @@ def marlin_mm_asymmetric(A: torch.Tensor, pack: MarlinPack, C: torch.Tensor,
     gs = pack.marlin_groupsize if groupsize is None else groupsize
     delta = -pack.delta if TEST_DEFECT == "delta_wrong_sign" else pack.delta
     flags = CORRECTION_FLAGS
-    name = concrete_variant(resolve_variant(variant, DEFAULT_VARIANT), int(A.shape[0]))
+    if variant is None:
+        variant = TEST_VARIANT
+    name = concrete_variant(choose_variant(variant, prov.name), int(A.shape[0]))
     ext = extension()
     if prov.name == "quanto":
         sz = pack.sz if pack.sz is not None else (pack.scales.float() * -8.0).to(torch.float16)
@@ -119,9 +145,6 @@ def marlin_mm_asymmetric(A: torch.Tensor, pack: MarlinPack, C: torch.Tensor,
             rc = int(ext.marlin_asym_variant(A, C, pack.B, pack.scales, sz, delta, workspace, gs,
                                              vid, flags, max_par))
     else:
-        if name != "two_kernel":
-            raise CorrectionVariantError(
-                f"variant: {name!r} needs the quanto provider (provider {prov.name} runs two_kernel only)")
         C.zero_()
         rc = prov.gemm(A, pack, C, workspace, gs, max_par)
         if rc == 0:
@@ -165,10 +188,10 @@ class MarlinAsymPath(GemmPath):
         return marlin_unsupported_reason(case.M, case.N, case.K, case.group_size)
 
     def implementation(self, device: torch.device) -> str:
-        variant = resolve_variant(self.variant, DEFAULT_VARIANT)
+        variant = choose_variant(self.variant, get_provider().name)
         if device.type == "cpu":
             return ("CPU emulation: float64 A @ W_implied (unpacked Marlin pack) + Python correction; "
-                    f"not Marlin (correction variant {variant} not emulated)")
+                    f"not Marlin (correction variant {describe(variant)} not emulated)")
         prov = get_provider()
         cap = ""
         if device.type == "cuda" and torch.cuda.is_available():
@@ -177,16 +200,13 @@ class MarlinAsymPath(GemmPath):
             if (major, minor) not in ((8, 0), (8, 6), (8, 9)):
                 cap += " (outside TinyLoop's Marlin list 8.0/8.6/8.9: measured by the harness only)"
         return (f"Marlin via provider {prov.name} ({prov.description}) + harness correction kernels"
-                f" (variant {variant}); grouped formula {prov.formula(128)}, per-column "
+                f" (variant {describe(variant)}); grouped formula {prov.formula(128)}, per-column "
                 f"{prov.formula(-1)}{cap}")
 
     def prepare(self, weight: QuantizedWeight, device: torch.device) -> Prepared:
         weight = weight.to(device)
         prov = get_provider()
-        variant = resolve_variant(self.variant, DEFAULT_VARIANT)
-        if prov.name != "quanto" and variant != "two_kernel":
-            raise CorrectionVariantError(
-                f"variant: {variant!r} needs the quanto provider (provider {prov.name} runs two_kernel only)")
+        variant = choose_variant(self.variant, prov.name)
         gs = marlin_groupsize(weight.group_size, weight.K)
         pack = marlin_pack_asymmetric(weight, formula=prov.formula(gs))
         state: dict = {"pack": pack, "groupsize": gs, "provider": prov.name, "variant": variant}
@@ -203,7 +223,7 @@ class MarlinAsymPath(GemmPath):
             state["vargs"] = (pack.B, pack.scales, sz, pack.delta, ws)
             extra = pack.nbytes() + ws.numel() * 4
             notes = (f"provider {prov.name}; formula {pack.formula}; marlin groupsize {gs}; "
-                     f"correction variant {variant}")
+                     f"correction variant {describe(variant)}")
         return Prepared(self.name, weight, device, state=state, extra_bytes=extra, notes=notes)
 
     def run(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -217,6 +237,8 @@ class MarlinAsymPath(GemmPath):
             out.copy_(emulate_asymmetric(A, st["W_implied"], st["pack"]))
             return out
         name = st["variant"] if variant is None else variant
+        if variant is None and TEST_VARIANT is not None:
+            name = TEST_VARIANT
         if name == "auto":
             name = concrete_variant(name, int(A.shape[0]))
         vid = EXT_IDS[name] if name in EXT_IDS else ext_id(name)   # ext_id raises on a bad name

@@ -35,6 +35,9 @@ class CrossCheck:
     profiler_us: float          # summed device activity per call under torch.profiler
     kernels_per_call: float
     calls: int
+    #: (device activity name, us per call) summed by name, longest first: what the call's
+    #: time is made of (e.g. Marlin vs the correction's kernels)
+    by_name: tuple[tuple[str, float], ...] = ()
 
     @property
     def cold_vs_profiler(self) -> float:
@@ -45,12 +48,27 @@ class CrossCheck:
         return self.graph_us / self.profiler_us - 1.0
 
 
-def device_time_us(trace_path: str) -> tuple[float, int]:
-    """(summed duration in us, count) of device activity events in a chrome trace."""
+def device_activity(trace_path: str) -> list[tuple[str, float]]:
+    """(name, duration in us) of every device activity event in a chrome trace."""
     with open(trace_path, encoding="utf-8") as fh:
         events = json.load(fh).get("traceEvents", [])
-    dev = [e for e in events if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS]
-    return float(sum(float(e.get("dur", 0.0)) for e in dev)), len(dev)
+    return [(str(e.get("name", "?")), float(e.get("dur", 0.0))) for e in events
+            if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS]
+
+
+def device_time_us(trace_path: str) -> tuple[float, int]:
+    """(summed duration in us, count) of device activity events in a chrome trace."""
+    dev = device_activity(trace_path)
+    return float(sum(d for _, d in dev)), len(dev)
+
+
+def per_name_us(activity: list[tuple[str, float]], calls: int, width: int = 60) -> tuple[tuple[str, float], ...]:
+    """Durations summed by (shortened) name and divided by ``calls``, longest first."""
+    sums: dict[str, float] = {}
+    for name, dur in activity:
+        key = name.split("(")[0].replace("void ", "")[:width]
+        sums[key] = sums.get(key, 0.0) + dur
+    return tuple(sorted(((k, v / calls) for k, v in sums.items()), key=lambda kv: -kv[1]))
 
 
 def crosscheck(case, path, device, settings, batches: int = 20) -> CrossCheck:
@@ -75,12 +93,14 @@ def crosscheck(case, path, device, settings, batches: int = 20) -> CrossCheck:
     os.close(fd)
     try:
         prof.export_chrome_trace(trace)
-        total_us, n = device_time_us(trace)
+        activity = device_activity(trace)
     finally:
         os.unlink(trace)
     calls = batches * cold.calls
+    total_us = sum(d for _, d in activity)
     return CrossCheck(case.id, path.name, cold_res.stats.median, graph_res.stats.median,
-                      total_us / calls, n / calls, cold.calls)
+                      total_us / calls, len(activity) / calls, cold.calls,
+                      per_name_us(activity, calls))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paths", default="")
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--json", default=None, help="also write the results here")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also print each row's device time per call by kernel name")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("crosscheck: no CUDA GPU is visible; nothing to cross-check")
@@ -121,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r.case_id:28s} {r.path:18s} {r.cold_us:9.2f} {r.graph_us:9.2f} "
                   f"{r.profiler_us:9.2f} {r.cold_vs_profiler:+9.2%} {r.graph_vs_profiler:+10.2%} "
                   f"{r.kernels_per_call:9.1f}", flush=True)
+            if args.kernels:
+                for kname, us in r.by_name:
+                    print(f"{'':30s}{us:9.2f} us  {kname}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump([asdict(r) for r in results], fh, indent=1)

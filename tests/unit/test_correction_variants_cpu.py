@@ -99,9 +99,22 @@ def test_ext_id():
         cv.ext_id("auto")
 
 
-def test_default_variant_is_the_seed_until_measured():
-    assert marlin_asym.DEFAULT_VARIANT == "two_kernel"
+def test_default_variant_is_the_studied_pick():
+    # docs/hopper.md section 5: the H200 study picks side_stream in every class
+    assert marlin_asym.DEFAULT_VARIANT == "auto"
     assert set(cv.AUTO_BY_CLASS) == {c for c, _, _ in cv.SHAPE_CLASSES}
+    assert {cv.concrete_variant("auto", m) for m in (1, 16, 64, 1024)} == {"side_stream"}
+
+
+def test_planted_defect_pins_a_variant_and_restores_it():
+    assert marlin_asym.TEST_VARIANT is None
+    with marlin_asym.planted_defect(None, flags=4, variant="two_kernel"):
+        assert (marlin_asym.TEST_VARIANT, marlin_asym.CORRECTION_FLAGS) == ("two_kernel", 4)
+    assert (marlin_asym.TEST_VARIANT, marlin_asym.CORRECTION_FLAGS) == (None, 0)
+    with pytest.raises(cv.CorrectionVariantError, match="variant: 'bogus'"):
+        with marlin_asym.planted_defect(None, variant="bogus"):
+            pass
+    assert marlin_asym.TEST_VARIANT is None
 
 
 # ------------------------------------------------------------------ the path
@@ -119,7 +132,7 @@ def test_path_records_the_variant_and_cpu_emulation_is_unchanged(small_case, mon
     monkeypatch.delenv(cv.VARIANT_ENV, raising=False)
     data = small_case
     base = MarlinAsymPath().prepare(data.weight, CPU)
-    assert base.state["variant"] == "two_kernel"
+    assert base.state["variant"] == "auto"
     fused = MarlinAsymPath(variant="fused").prepare(data.weight, CPU)
     assert fused.state["variant"] == "fused"
     assert "fused" in MarlinAsymPath(variant="fused").implementation(CPU)
@@ -135,7 +148,13 @@ def test_path_records_the_variant_and_cpu_emulation_is_unchanged(small_case, mon
 def test_upstream_provider_runs_two_kernel_only(small_case, monkeypatch):
     monkeypatch.setenv("HARNESS_MARLIN_PROVIDER", "upstream")
     monkeypatch.delenv(cv.VARIANT_ENV, raising=False)
-    assert MarlinAsymPath().prepare(small_case.weight, CPU).state["provider"] == "upstream"
+    prepared = MarlinAsymPath().prepare(small_case.weight, CPU)
+    assert prepared.state["provider"] == "upstream"
+    assert prepared.state["variant"] == "two_kernel"       # the default falls back, quietly
+    monkeypatch.setenv(cv.VARIANT_ENV, "side_stream")     # asked for by name: an error
+    with pytest.raises(cv.CorrectionVariantError, match="'side_stream' needs the quanto provider"):
+        MarlinAsymPath().prepare(small_case.weight, CPU)
+    monkeypatch.delenv(cv.VARIANT_ENV)
     with pytest.raises(cv.CorrectionVariantError, match="quanto provider"):
         MarlinAsymPath(variant="fused").prepare(small_case.weight, CPU)
 
