@@ -48,26 +48,31 @@ SETTING_TYPES: dict[str, type] = {
     "min_samples": int,
     "max_samples": int,
     "gate_eager_speed": int,
+    "ulp_rel_tolerance": float,
 }
+
+#: Settings added after runs were first stored: a run's json without one was gated with
+#: this value (``Settings.from_dict`` fills it in).
+ADDED_LATER: dict[str, float | int] = {"ulp_rel_tolerance": 0.0}
 
 _DEFAULT_PRESETS: dict[str, dict[str, float | int]] = {
     "default": {
         "rel_err_gate": 1e-3, "ulp_tolerance": 2.0, "min_effect": 0.03, "alpha": 0.01,
         "noise_margin_floor": 0.01, "ppl_drift_tolerance": 0.01, "warmup_ms": 25.0,
         "max_case_seconds": 2.0, "target_rel_spread": 0.01, "min_samples": 30,
-        "max_samples": 2000, "gate_eager_speed": 0,
+        "max_samples": 2000, "gate_eager_speed": 0, "ulp_rel_tolerance": 0.005,
     },
     "strict": {
         "rel_err_gate": 1e-3, "ulp_tolerance": 1.0, "min_effect": 0.02, "alpha": 0.01,
         "noise_margin_floor": 0.005, "ppl_drift_tolerance": 0.005, "warmup_ms": 50.0,
         "max_case_seconds": 4.0, "target_rel_spread": 0.005, "min_samples": 50,
-        "max_samples": 5000, "gate_eager_speed": 1,
+        "max_samples": 5000, "gate_eager_speed": 1, "ulp_rel_tolerance": 0.002,
     },
     "permissive": {
         "rel_err_gate": 2e-3, "ulp_tolerance": 4.0, "min_effect": 0.08, "alpha": 0.001,
         "noise_margin_floor": 0.03, "ppl_drift_tolerance": 0.02, "warmup_ms": 10.0,
         "max_case_seconds": 1.0, "target_rel_spread": 0.02, "min_samples": 20,
-        "max_samples": 1000, "gate_eager_speed": 0,
+        "max_samples": 1000, "gate_eager_speed": 0, "ulp_rel_tolerance": 0.01,
     },
 }
 _DEFAULT_PRESET_NAME = "default"
@@ -95,6 +100,7 @@ class Settings:
     min_samples: int
     max_samples: int
     gate_eager_speed: int = 0
+    ulp_rel_tolerance: float = 0.0
     source: str = PACKAGED_SOURCE
     overrides: tuple[str, ...] = ()
 
@@ -126,6 +132,7 @@ class Settings:
     @classmethod
     def from_dict(cls, d: Mapping, source: str = "<settings>") -> Settings:
         """Rebuild from ``to_dict`` output (e.g. a run's json); unknown keys are ignored."""
+        d = {**ADDED_LATER, **d}
         missing = [k for k in SETTING_TYPES if k not in d]
         if missing:
             raise ConfigError(f"{source}: settings lack key {missing[0]!r}")

@@ -159,8 +159,13 @@ def _accuracy_problems(cur: ResultRow, base: ResultRow | None, s: Settings) -> l
         return out
     for name in ("max_ulp", "p99_ulp"):
         c, b = getattr(cur, name), getattr(base, name)
-        if math.isfinite(c) and math.isfinite(b) and c > b + s.ulp_tolerance:
-            out.append(f"{name} {c:g} > baseline {b:g} + {s.ulp_tolerance:g}")
+        if not (math.isfinite(c) and math.isfinite(b)):
+            continue
+        # ULPs counted at near-cancelling outputs run into the thousands, and a changed
+        # (equally exact) summation order moves them by a few: the slack grows with them
+        tol = max(s.ulp_tolerance, s.ulp_rel_tolerance * abs(b))
+        if c > b + tol:
+            out.append(f"{name} {c:g} > baseline {b:g} + {tol:g}")
     if cur.kind == "ppl" and math.isfinite(cur.ppl) and math.isfinite(base.ppl) and base.ppl > 0:
         drift = cur.ppl / base.ppl - 1.0
         if abs(drift) > s.ppl_drift_tolerance:

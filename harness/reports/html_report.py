@@ -181,7 +181,7 @@ def render_html(
         meta.append("No baseline: every row is NEW; only absolute accuracy checks can fail.")
     meta.append(f"Preset <b>{esc(s.preset)}</b> ({esc(s.source)}): Mann-Whitney α={s.alpha:g}, "
                 f"min effect {s.min_effect:.1%}, noise floor {s.noise_margin_floor:.1%}, rel_err gate "
-                f"{s.rel_err_gate:g}, ULP tolerance {s.ulp_tolerance:g}, PPL tolerance {s.ppl_drift_tolerance:.1%}")
+                f"{s.rel_err_gate:g}, ULP tolerance max({s.ulp_tolerance:g}, {s.ulp_rel_tolerance:.1%} of the baseline's), PPL tolerance {s.ppl_drift_tolerance:.1%}")
     meta += [esc(n) for n in (*result.notes, *extra_notes)]
     banner_cls = "pass" if result.passed else "fail"
     flagged = [v for v in result.verdicts if v.fails or v.verdict == Verdict.AMBIGUOUS]

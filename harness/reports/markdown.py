@@ -81,7 +81,7 @@ def markdown_summary(
     s = result.settings
     lines.append(f"Preset `{s.preset}`: slower/faster needs Mann-Whitney p < {s.alpha:g} and a median "
                  f"change beyond max({s.min_effect:.0%}, per-case noise margin); rel_err gate "
-                 f"{s.rel_err_gate:g}, ULP tolerance {s.ulp_tolerance:g}.")
+                 f"{s.rel_err_gate:g}, ULP tolerance max({s.ulp_tolerance:g}, {s.ulp_rel_tolerance:.1%} of the baseline's).")
     lines.append("")
     if failed:
         lines += ["**Regressions**", ""] + _md_table(failed, max_rows) + [""]

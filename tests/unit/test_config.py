@@ -56,6 +56,16 @@ def test_settings_are_frozen_and_typed():
     assert Settings.from_dict(s.to_dict()) == s
 
 
+def test_a_run_stored_before_a_setting_existed_reads_with_its_old_meaning():
+    d = load_settings("default").to_dict()
+    assert d["ulp_rel_tolerance"] == 0.005
+    del d["ulp_rel_tolerance"]                    # e.g. baselines/sm90/*.json of 2026-12-02
+    assert Settings.from_dict(d).ulp_rel_tolerance == 0.0
+    del d["alpha"]
+    with pytest.raises(config.ConfigError, match="lack key 'alpha'"):
+        Settings.from_dict(d)
+
+
 def test_overrides_are_coerced():
     s = load_settings("default", parse_overrides(["min_effect=0.05", "max_samples = 3000"]))
     assert s.min_effect == 0.05 and s.max_samples == 3000

@@ -119,6 +119,26 @@ def test_accuracy_checks(base):
     assert _one(evaluate(others + [within], base, S), *key).verdict == Verdict.SAME
 
 
+def test_ulp_slack_grows_with_the_baselines_ulp_count(base):
+    # measured on the H200: switching the correction's summation order moved a near-cancelling
+    # element's max ULP 8392.53 -> 8396.53 (rel_err unchanged); fp16 accumulation (planted)
+    # moved p99 ULP 89.7 -> 173.7. The first is not a regression, the second is.
+    key = ("M16-N2048-K2048-g128-s0", "marlin_asym", "graph")
+    b = replace(next(r for r in base if r.key == key), max_ulp=8392.53, p99_ulp=89.7)
+    others = [r for r in base if r.key != key]
+    assert S.ulp_rel_tolerance == 0.005
+    same = replace(b, max_ulp=8396.53)
+    assert _one(evaluate(others + [same], others + [b], S), *key).verdict == Verdict.SAME
+    worse = replace(b, max_ulp=8392.53 * 1.01)
+    v = _one(evaluate(others + [worse], others + [b], S), *key)
+    assert v.verdict == Verdict.WORSE_ACCURACY and "+ 41.9" in v.reason     # 0.5% of 8392.53
+    fp16 = replace(b, p99_ulp=173.7)
+    v = _one(evaluate(others + [fp16], others + [b], S), *key)
+    assert v.verdict == Verdict.WORSE_ACCURACY and "p99_ulp 173.7 > baseline 89.7 + 2" in v.reason
+    absolute = replace(S, ulp_rel_tolerance=0.0)          # the rule before the setting existed
+    assert _one(evaluate(others + [same], others + [b], absolute), *key).verdict == Verdict.WORSE_ACCURACY
+
+
 def test_ppl_drift():
     row = make_rows(shapes=((2048, 2048, 128),), ms=(16,), paths=("marlin_asym",), peers=())[0]
     b = replace(row, kind="ppl", case_id="ppl-model", mode="model", ppl=8.9755, samples_us="", n_samples=0)
