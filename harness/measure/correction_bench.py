@@ -103,10 +103,10 @@ class Study:
             return ops.step_fn(path.run_marlin_only)
         return ops.step_fn(lambda p, a, o, _v=variant: path.run_variant(p, a, o, _v))
 
-    def timed(self, mode, step, calls):
+    def timed(self, mode, step, calls, copies=None):
         from harness.measure.timing import make_timer, time_batches
 
-        timer = make_timer(mode, step, calls, self.dev)
+        timer = make_timer(mode, step, calls, self.dev, span=copies)
         try:
             return time_batches(timer, self.rule, self.read_clock, calls_per_batch=calls, mode=mode)
         finally:
@@ -206,7 +206,7 @@ class Study:
         per = max(pilot(), 1e-3)
         rows = []
         for mode in self.args.modes:
-            calls = batch_calls(mode, per, ops.copies)
+            calls = batch_calls(mode, per)
             times: dict[str, object] = {}
             order = ["marlin_only"] + [v for v in variants if v != "marlin_only"] + ["marlin_end"]
             for v in order:
@@ -215,7 +215,7 @@ class Study:
                     continue
                 try:
                     step = self.step_for(ops, name)
-                    times[v] = (self.timed(mode, step, calls),
+                    times[v] = (self.timed(mode, step, calls, ops.copies),
                                 self.host_us(step, calls) if mode == "cold" else None)
                 except Exception as exc:
                     self.sync()

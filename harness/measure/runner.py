@@ -294,10 +294,10 @@ class Runner:
         pilot = make_timer("cpu" if mode == "cpu" else "cold", step, copies, self.ctx.device)
         pilot()                                   # warm (module load, first-call work)
         per_call = max(pilot(), 1e-3)
-        return batch_calls(mode, per_call, copies)
+        return batch_calls(mode, per_call)
 
-    def _timed(self, mode: str, step, calls: int) -> TimingResult:
-        timer = make_timer(mode, step, calls, self.ctx.device)
+    def _timed(self, mode: str, step, calls: int, copies: int) -> TimingResult:
+        timer = make_timer(mode, step, calls, self.ctx.device, span=copies)
         try:
             return time_batches(timer, self.rule, self.read_clock if mode != "cpu" else None,
                                 calls_per_batch=calls, mode=mode)
@@ -314,13 +314,13 @@ class Runner:
                 why = escaped_work(event_tail_batch(step, calls, self.ctx.device))
                 if why:
                     raise CheckFailed(why)
-            res = self._timed(mode, step, calls)
+            res = self._timed(mode, step, calls, ops.copies)
             row = _with_timing(row, res)
             self._note(case, path.name, mode, f"{res.stop_reason} after {res.stats.n} samples "
                        f"of {calls} calls over {ops.copies} copies" + (f"; {res.notes}" if res.notes else ""))
             marlin_only = getattr(path, "run_marlin_only", None)
             if marlin_only is not None and mode != "cpu":
-                mres = self._timed(mode, ops.step_fn(marlin_only), calls)
+                mres = self._timed(mode, ops.step_fn(marlin_only), calls, ops.copies)
                 t_m = mres.stats.median
                 row = replace(row, marlin_only_us=t_m,
                               correction_overhead_pct=(res.stats.median / t_m - 1.0) * 100.0)

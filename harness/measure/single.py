@@ -98,6 +98,6 @@ def setup_timing(case: GemmCase, path: GemmPath, device: torch.device, mode: str
     step = ops.step_fn(path.run)
     pilot = make_timer("cpu" if mode == "cpu" else "cold", step, ops.copies, device)
     pilot()
-    calls = batch_calls(mode, max(pilot(), 1e-3), ops.copies)
-    timer = make_timer(mode, step, calls, device)
+    calls = batch_calls(mode, max(pilot(), 1e-3))
+    timer = make_timer(mode, step, calls, device, span=ops.copies)
     return TimingSetup(case, path, mode, ops, plan, calls, acc, timer)

@@ -1,6 +1,14 @@
 """The batch timers of ``harness.measure.timing``: one per mode, each a callable that runs
 one batch of R calls and returns the per-call time in µs (see ``timing``'s docstring).
 
+Rotation across batches: ``step(i)`` runs copy ``i % copies`` of the operands (see
+``harness.measure.rotation``). A timer is given R (``calls``) and ``span`` (the number of
+copies, default R); successive batches continue the index where the last one stopped
+(eager and CPU) or replay, round-robin, graphs captured over contiguous slices of the
+copies (``index_slices``), so every call meets a copy untouched since all the others were
+used, whatever R is. R therefore needs to cover only the batch-length floor, not every copy: a 7.9 ms
+call is timed one or two per batch instead of once per copy.
+
 Extension point: a new mode is a class with ``mode``, ``__call__() -> float`` (µs per call,
 device-side for a GPU), optionally ``note() -> str`` (a remark for the row) and
 ``close()``, registered in ``make_timer`` and ``timing.MODES``.
@@ -18,22 +26,62 @@ class TimingError(ValueError):
     """Bad timing input or configuration; the message names the offending field."""
 
 
+def check_calls_span(calls: int, span: int | None) -> int:
+    """``span`` (None: ``calls``) after checking both are >= 1."""
+    if calls < 1:
+        raise TimingError(f"calls: must be >= 1, got {calls}")
+    span = calls if span is None else span
+    if span < 1:
+        raise TimingError(f"span: must be >= 1, got {span}")
+    return span
+
+
+def index_slices(calls: int, span: int) -> list[range]:
+    """The step indices of each graph for R = ``calls`` over ``span`` copies: one slice
+    0..R-1 when R >= span; else span // R contiguous slices that partition 0..span-1, each
+    of R to 2R-1 calls (sizes differ by at most one), so consecutive replays never share a
+    copy and each copy is reused only after all the others."""
+    span = check_calls_span(calls, span)
+    if calls >= span:
+        return [range(calls)]
+    n = span // calls
+    size, extra = divmod(span, n)
+    out, start = [], 0
+    for g in range(n):
+        stop = start + size + (g < extra)
+        out.append(range(start, stop))
+        start = stop
+    return out
+
+
+class _Rotation:
+    """The next batch's first step index, advanced by R modulo ``span`` after each batch."""
+
+    def __init__(self, calls: int, span: int | None) -> None:
+        self.span = check_calls_span(calls, span)
+        self.calls, self.next = calls, 0
+
+    def batch(self) -> range:
+        first = self.next
+        self.next = (first + self.calls) % self.span
+        return range(first, first + self.calls)
+
+
 class CpuBatchTimer:
     """perf_counter_ns around R synchronous CPU calls; returns us per call."""
 
     mode = "cpu"
 
-    def __init__(self, step: Callable[[int], object], calls: int) -> None:
-        if calls < 1:
-            raise TimingError(f"calls: must be >= 1, got {calls}")
+    def __init__(self, step: Callable[[int], object], calls: int, span: int | None = None) -> None:
+        self._rot = _Rotation(calls, span)
         self.step, self.calls = step, calls
 
     def __call__(self) -> float:
-        step, calls = self.step, self.calls
+        step, idx = self.step, self._rot.batch()
         t0 = time.perf_counter_ns()
-        for i in range(calls):
+        for i in idx:
             step(i)
-        return (time.perf_counter_ns() - t0) / 1e3 / calls
+        return (time.perf_counter_ns() - t0) / 1e3 / self.calls
 
 
 class EventBatchTimer:
@@ -60,13 +108,13 @@ class EventBatchTimer:
     SPIN_PAD_US = 50.0
     MAX_SPIN_US = 50_000.0
 
-    def __init__(self, step: Callable[[int], object], calls: int, device) -> None:
+    def __init__(self, step: Callable[[int], object], calls: int, device,
+                 span: int | None = None) -> None:
         import torch
 
         from .escape import sleep_cycles_per_us
 
-        if calls < 1:
-            raise TimingError(f"calls: must be >= 1, got {calls}")
+        self._rot = _Rotation(calls, span)
         self.step, self.calls, self.device = step, calls, device
         self._torch = torch
         self._cycles_per_us = sleep_cycles_per_us(torch.device(device))
@@ -78,12 +126,12 @@ class EventBatchTimer:
         self._sized = False
 
     def __call__(self) -> float:
-        torch, step = self._torch, self.step
+        torch, step, idx = self._torch, self.step, self._rot.batch()
         spin_us = min(self.MAX_SPIN_US, self.HEADROOM * self.host_us + self.SPIN_PAD_US)
         torch.cuda._sleep(max(1, int(spin_us * self._cycles_per_us)))
         t0 = time.perf_counter()
         self._start.record()
-        for i in range(self.calls):
+        for i in idx:
             step(i)
         self._end.record()
         self.host_us = (time.perf_counter() - t0) * 1e6
@@ -104,50 +152,62 @@ class EventBatchTimer:
 
 
 class GraphBatchTimer:
-    """The same R calls captured once in a CUDA graph, replayed between two events."""
+    """R calls captured in a CUDA graph, replayed between two events; with ``span`` > R,
+    one graph per slice of ``index_slices`` (R to 2R-1 calls each), replayed round-robin;
+    the per-call time divides by the replayed slice's length."""
 
     mode = "graph"
 
-    def __init__(self, step: Callable[[int], object], calls: int, device) -> None:
+    def __init__(self, step: Callable[[int], object], calls: int, device,
+                 span: int | None = None) -> None:
         import torch
 
-        if calls < 1:
-            raise TimingError(f"calls: must be >= 1, got {calls}")
+        slices = index_slices(calls, check_calls_span(calls, span))
         self.calls, self.device, self._torch = calls, device, torch
         side = torch.cuda.Stream(device)
         side.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(side):             # allocations/handles outside the capture
-            for i in range(calls):
-                step(i)
+            for idx in slices:
+                for i in idx:
+                    step(i)
         torch.cuda.current_stream(device).wait_stream(side)
         torch.cuda.synchronize(device)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            for i in range(calls):
-                step(i)
+        self.graphs, self.lengths = [], [len(idx) for idx in slices]
+        for idx in slices:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in idx:
+                    step(i)
+            self.graphs.append(graph)
         torch.cuda.synchronize(device)
+        self._next = 0
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
 
     def __call__(self) -> float:
+        g = self._next
+        self._next = (g + 1) % len(self.graphs)
         self._start.record()
-        self.graph.replay()
+        self.graphs[g].replay()
         self._end.record()
         self._torch.cuda.synchronize(self.device)
-        return self._start.elapsed_time(self._end) * 1e3 / self.calls
+        return self._start.elapsed_time(self._end) * 1e3 / self.lengths[g]
 
     def close(self) -> None:
-        self.graph.reset()
+        for graph in self.graphs:
+            graph.reset()
 
 
-def make_timer(mode: str, step: Callable[[int], object], calls: int, device=None):
-    """The ``BatchTimer`` of ``mode`` (one of ``MODES``)."""
+def make_timer(mode: str, step: Callable[[int], object], calls: int, device=None,
+               span: int | None = None):
+    """The ``BatchTimer`` of ``mode`` (one of ``MODES``): R = ``calls`` per batch, rotating
+    over ``span`` step indices (None: ``calls``, every batch the same indices 0..R-1)."""
     if mode == "cpu":
-        return CpuBatchTimer(step, calls)
+        return CpuBatchTimer(step, calls, span)
     if mode == "cold":
-        return EventBatchTimer(step, calls, device)
+        return EventBatchTimer(step, calls, device, span)
     if mode == "graph":
-        return GraphBatchTimer(step, calls, device)
+        return GraphBatchTimer(step, calls, device, span)
     raise TimingError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
 
 

@@ -1,10 +1,12 @@
 """Device-side timing: batches of back-to-back calls, a stopping rule, robust statistics.
 
-A *sample* is one batch of ``R`` back-to-back calls ``step(0) .. step(R-1)``; the per-call
-time is the batch time / R. ``step(i)`` is built by the runner: call i runs on rotated copy
-``i % P`` of the prepared weight, the activations and the output (see
-``harness.measure.rotation``), so in ``cold`` and ``graph`` modes every call reads weights
-that are not in L2 once the copies' bytes exceed 3x the L2 size.
+A *sample* is one batch of ``R`` back-to-back calls ``step(j) .. step(j+R-1)``; the
+per-call time is the batch time / R. ``step(i)`` is built by the runner: call i runs on
+rotated copy ``i % P`` of the prepared weight, the activations and the output (see
+``harness.measure.rotation``), and the index continues from batch to batch (graphs: one
+per slice of P, replayed in turn; ``timers``), so in ``cold`` and ``graph`` modes every
+call reads weights that are not in L2 once the P copies' bytes exceed 3x the L2 size,
+whether R is below P (long calls) or above it.
 
 Modes (one ``BatchTimer`` each):
   * ``cold``  -- eager: a Python loop of R calls between two CUDA events on the current
@@ -257,14 +259,13 @@ def time_batches(timer: Callable[[], float], rule: StopRule,
     )
 
 
-def choose_calls(per_call_us: float, copies: int, min_batch_us: float,
-                 max_calls: int = 4096) -> int:
-    """R: at least ``copies`` (every rotated copy in each batch) and a batch >= min_batch_us,
-    at most ``max_calls`` unless ``copies`` needs more."""
+def choose_calls(per_call_us: float, min_batch_us: float, max_calls: int = 4096) -> int:
+    """R: a batch >= ``min_batch_us``, at most ``max_calls`` calls, at least one. Not tied
+    to the number of rotated copies: the timers continue the rotation across batches."""
     if not per_call_us > 0 or not math.isfinite(per_call_us):
         raise TimingError(f"per_call_us: must be a positive number, got {per_call_us!r}")
     need = math.ceil(min_batch_us / per_call_us)
-    return int(max(1, copies, min(max_calls, need)))
+    return int(max(1, min(max_calls, need)))
 
 
 #: Shortest batch per mode (µs): the latency before a batch's first kernel starts (a graph
@@ -278,6 +279,6 @@ MIN_BATCH_US = {"cold": 2000.0, "graph": 1000.0, "cpu": 1000.0}
 MAX_CALLS = {"cold": 128, "graph": 4096, "cpu": 4096}
 
 
-def batch_calls(mode: str, per_call_us: float, copies: int) -> int:
+def batch_calls(mode: str, per_call_us: float) -> int:
     """R for ``mode`` from a pilot's per-call time (``choose_calls`` with the mode's limits)."""
-    return choose_calls(per_call_us, copies, MIN_BATCH_US[mode], MAX_CALLS[mode])
+    return choose_calls(per_call_us, MIN_BATCH_US[mode], MAX_CALLS[mode])

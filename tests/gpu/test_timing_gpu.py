@@ -6,7 +6,8 @@ A step whose kernel is short (a 256x256 fp16 add, ~2-3 µs) behind a slow host (
 Python busy wait per call, like a path whose dispatch costs more than its kernel): the
 eager timer must report the device's back-to-back time, close to the same calls replayed
 from a CUDA graph, not the host's 40 µs; and a timer whose spin is too short must say
-that the host fell behind.
+that the host fell behind. And with R below the number of rotated copies, both timers
+touch every copy in turn on the real device (the rotation across batches).
 """
 
 from __future__ import annotations
@@ -61,3 +62,28 @@ def test_a_host_that_falls_behind_is_reported(cuda_device):
     assert timer.behind == timer.batches == 5, timer.note()      # the first batch is not counted
     assert timer.note().startswith("host behind the device in 5 of 5 eager batches")
     assert t > 0.8 * HOST_US                                      # timed at the host's pace
+
+
+@pytest.mark.parametrize("mode", ["cold", "graph"])
+def test_the_rotation_reaches_every_copy_in_turn(cuda_device, mode):
+    from harness.measure.timing import make_timer
+
+    span, calls = 7, 3                                            # graphs: slices of 4 and 3
+    counts = torch.zeros(span, dtype=torch.int64, device=cuda_device)
+    ones = [torch.nn.functional.one_hot(torch.tensor(j), span).to(cuda_device) for j in range(span)]
+
+    def step(i: int) -> None:
+        counts.add_(ones[i % span])
+
+    timer = make_timer(mode, step, calls, cuda_device, span=span)
+    torch.cuda.synchronize(cuda_device)
+    counts.zero_()
+    for _ in range(14):                                           # 14 batches
+        t = timer()
+        assert t > 0
+    getattr(timer, "close", lambda: None)()
+    got = counts.cpu().tolist()
+    if mode == "cold":
+        assert got == [6, 6, 6, 6, 6, 6, 6]                       # 42 calls = 6 rounds of 7 copies
+    else:
+        assert got == [7] * span                                  # 7 replays of each slice

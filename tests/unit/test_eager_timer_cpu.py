@@ -99,3 +99,18 @@ def test_the_spin_is_capped(monkeypatch):
         t()
     assert max(sim.spins) == pytest.approx(2000.0)
     assert t.behind == t.batches == 2
+
+
+def test_the_rotation_continues_across_batches(monkeypatch):
+    # R = 3 calls over 7 rotated copies: call k meets copy k % 7, across batch boundaries
+    sim = Sim(monkeypatch, [10.0])
+    seen: list[int] = []
+
+    def step(i):
+        seen.append(i % 7)
+        sim.step(i)
+
+    t = timers.EventBatchTimer(step, 3, "cuda:0", span=7)
+    for _ in range(7):
+        t()
+    assert seen == [k % 7 for k in range(21)]
