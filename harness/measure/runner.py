@@ -27,6 +27,7 @@ a (case, path) is done; keys in ``writer.done_keys`` are skipped (``--resume``).
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
@@ -72,6 +73,7 @@ class RunContext:
     max_copies: int = 1024
     mem_budget_bytes: int | None = None
     notes: dict[str, str] = field(default_factory=dict)   # "case|path|mode" -> note
+    wall: dict[str, float] = field(default_factory=dict)  # host s by stage (Runner.wall)
 
     @property
     def measured(self) -> Peaks | None:
@@ -150,6 +152,9 @@ class Runner:
         self.l2 = l2_cache_bytes(ctx.device)
         self.budget = float(getattr(ctx.settings, "ulp_budget", DEFAULT_ULP_BUDGET))
         self.rel_gate = float(getattr(ctx.settings, "rel_err_gate", 1e-3))
+        #: host seconds by stage (case data + reference, per-path set-up, each mode's
+        #: timing, the fresh-input re-check): where a run's wall time goes
+        self.wall: dict[str, float] = dict.fromkeys(("data", "set-up", *ctx.modes, "re-check"), 0.0)
 
     # -- bookkeeping -----------------------------------------------------------------
     def _done(self) -> frozenset:
@@ -223,9 +228,11 @@ class Runner:
                     self._emit(replace(base[m], status="unavailable", error=reason))
             else:
                 if data is None:
+                    t0 = time.perf_counter()
                     data = case_data(case)
                     self._weights = data.weights
                     ref = reference_case(data.A.to(device), data.weights)
+                    self.wall["data"] += time.perf_counter() - t0
                 rows = self._measure_path(case, path, modes, base, data, ref)
                 for row in rows:
                     self._emit(row)
@@ -245,6 +252,7 @@ class Runner:
     # -- one (case, path) ------------------------------------------------------------
     def _measure_path(self, case, path, modes, base, data, ref) -> list[ResultRow]:
         device = self.ctx.device
+        t0 = time.perf_counter()
         try:
             prepared = path.prepare_timed(case_weights(data, device), device)
             load = {"prepare_seconds": prepared.prepare_seconds, "extra_bytes": prepared.extra_bytes}
@@ -267,17 +275,23 @@ class Runner:
             _free(device)
             status = "unavailable" if _is_unsupported_case(exc) else "error"
             return [replace(r, status=status, error=describe_error(exc)) for r in base.values()]
+        finally:
+            self.wall["set-up"] += time.perf_counter() - t0
 
         rows = []
         for m in modes:
             if plan.note and m != "cpu":
                 self._note(case, path.name, m, plan.note)
+            t0 = time.perf_counter()
             rows.append(self._time_mode(case, path, m, base[m], ops, plan))
+            self.wall[m] = self.wall.get(m, 0.0) + time.perf_counter() - t0
+        t0 = time.perf_counter()
         try:
             self._fresh_check(case, path, ops.prepared[0], acc)
         except Exception as exc:
             why = "re-check on fresh inputs after timing: " + describe_error(exc)
             rows = [replace(r, status="error", error=why) if r.status == "ok" else r for r in rows]
+        self.wall["re-check"] += time.perf_counter() - t0
         del ops, prepared
         return rows
 

@@ -60,10 +60,11 @@ class BenchSession:
     def run_dir(self, suffix: str = "") -> Path:
         return run_dir(self.out, self.commit, self.arch + suffix)
 
-    def _meta(self, matrix: str, notes: dict) -> RunMeta:
+    def _meta(self, matrix: str, notes: dict, wall: dict | None = None) -> RunMeta:
         extra = dict(self.extra)
         extra.update(modes=list(self.modes), paths=list(self.paths),
-                     ceilings_detail=self.ceilings.to_dict(), row_notes=dict(sorted(notes.items())))
+                     ceilings_detail=self.ceilings.to_dict(), row_notes=dict(sorted(notes.items())),
+                     wall_s_by_stage=dict(wall or {}))
         return RunMeta(matrix=matrix, commit=self.commit, arch=self.arch,
                        environment=Environment.from_dict(self.env), ceilings=self.ceilings.numbers(),
                        settings=self.settings.to_dict(), extra=extra)
@@ -96,14 +97,16 @@ class BenchSession:
             runner = Runner(ctx, writer, progress=self.progress)
             runner.run(cases, self.paths)
             rows = list(writer.existing) + runner.rows
+            ctx.wall = {k: round(v, 2) for k, v in runner.wall.items()}
         finally:
             try:   # also when interrupted: the notes of the rows on disk survive --resume
-                write_meta(json_path, self._meta(matrix, ctx.notes))
+                write_meta(json_path, self._meta(matrix, ctx.notes, ctx.wall))
             finally:
                 writer.close()
         self.rows[(matrix, suffix)] = rows
         self.echo(f"harness bench: {len(rows)} rows in {csv_path} "
-                  f"({time.perf_counter() - t0:.1f} s wall for this matrix)")
+                  f"({time.perf_counter() - t0:.1f} s wall for this matrix; by stage: "
+                  + ", ".join(f"{k} {v:.1f} s" for k, v in ctx.wall.items()) + ")")
         if self.table:
             print_table(rows, self.modes, self.paths, title=f"{matrix} on {self.arch} ({self.commit})")
         return csv_path

@@ -125,6 +125,19 @@ def test_misbehaving_paths_are_caught_and_recorded():
     assert r["missing"].status == "unavailable" and "sm80" in r["missing"].error
 
 
+def test_the_runner_accounts_its_wall_time_by_stage():
+    import time
+
+    runner = Runner(_ctx(_registry(Good(), Missing())))
+    t0 = time.perf_counter()
+    runner.run(CASES)
+    total = time.perf_counter() - t0
+    assert set(runner.wall) == {"data", "set-up", "cpu", "re-check"}
+    assert all(v > 0 for v in runner.wall.values()), runner.wall     # two cases of a real path
+    assert runner.wall["cpu"] >= 2 * 0.9 * FAST["warmup_ms"] / 1e3   # each timing warms up
+    assert sum(runner.wall.values()) <= total
+
+
 def test_rows_carry_identity_and_dispatch_columns():
     rows = Runner(_ctx(_registry(Good()))).run(CASES[:1])
     row = rows[0]
