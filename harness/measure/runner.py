@@ -35,6 +35,7 @@ import torch
 
 from harness.cases.case import GemmCase
 from harness.cases.data import case_data, generate_activations
+from harness.kernels import dispatch
 from harness.kernels.base import PATHS, GemmPath, KernelReturnCode, PathRegistry
 from harness.kernels.bounds import current_per_column_formula, rel_err_bound
 from harness.kernels.swiglu_pair import case_weights, paths_for_case, reference_case
@@ -114,15 +115,9 @@ def ulp_dtype(dtype: torch.dtype) -> str:
 
 
 def dispatch_decision(case: GemmCase, device: torch.device) -> tuple[str, str]:
-    """(dispatch_path, fallback_reason) from ``harness.kernels.dispatch``; ("", why) if absent."""
-    try:
-        from harness.kernels import dispatch
-    except ImportError as exc:
-        return "", f"dispatcher model unavailable ({exc})"
-    decide = getattr(dispatch, "decide_for_case", None)
-    if decide is None:
-        return "", "dispatcher model has no decide_for_case()"
-    d = decide(case, device)
+    """(dispatch_path, fallback_reason) from ``harness.kernels.dispatch`` (looked up per call:
+    the planted defects patch ``decide_for_case``)."""
+    d = dispatch.decide_for_case(case, device)
     return str(getattr(d, "path", "")), str(getattr(d, "fallback_reason", "") or "")
 
 
@@ -273,7 +268,7 @@ class Runner:
             ops = build_operands(prepared, A, plan.copies)
         except Exception as exc:
             _free(device)
-            status = "unavailable" if _is_unsupported_case(exc) else "error"
+            status = "unavailable" if isinstance(exc, dispatch.UnsupportedCase) else "error"
             return [replace(r, status=status, error=describe_error(exc)) for r in base.values()]
         finally:
             self.wall["set-up"] += time.perf_counter() - t0
@@ -284,7 +279,7 @@ class Runner:
                 self._note(case, path.name, m, plan.note)
             t0 = time.perf_counter()
             rows.append(self._time_mode(case, path, m, base[m], ops, plan))
-            self.wall[m] = self.wall.get(m, 0.0) + time.perf_counter() - t0
+            self.wall[m] += time.perf_counter() - t0
         t0 = time.perf_counter()
         try:
             self._fresh_check(case, path, ops.prepared[0], acc)
@@ -371,15 +366,6 @@ class Runner:
         if not rel <= limit:
             raise CheckFailed(f"rel_err {rel:.3g} on fresh inputs vs {first.rel_err:.3g} "
                               "on the first inputs (does the path cache its output?)")
-
-
-def _is_unsupported_case(exc: BaseException) -> bool:
-    """A path declining this particular case in ``prepare`` (``dispatch.UnsupportedCase``)."""
-    try:
-        from harness.kernels.dispatch import UnsupportedCase
-    except ImportError:
-        return False
-    return isinstance(exc, UnsupportedCase)
 
 
 def _sync_quietly(device: torch.device) -> None:

@@ -6,8 +6,8 @@ Rotation across batches: ``step(i)`` runs copy ``i % copies`` of the operands (s
 copies, default R); successive batches continue the index where the last one stopped
 (eager and CPU) or replay, round-robin, graphs captured over contiguous slices of the
 copies (``index_slices``), so every call meets a copy untouched since all the others were
-used, whatever R is. R therefore needs to cover only the batch-length floor, not every copy: a 7.9 ms
-call is timed one or two per batch instead of once per copy.
+used, whatever R is. R therefore covers only the batch-length floor, not every copy: a
+7.9 ms call is timed one per batch instead of once per copy.
 
 Extension point: a new mode is a class with ``mode``, ``__call__() -> float`` (µs per call,
 device-side for a GPU), optionally ``note() -> str`` (a remark for the row) and
