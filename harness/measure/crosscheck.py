@@ -1,11 +1,16 @@
 """Cross-check the harness's timings against an independent timer: torch.profiler (CUPTI).
 
 For each (case, path): the harness's ``cold`` and ``graph`` medians (CUDA events), then a
-few more cold batches under ``torch.profiler`` whose device activity (kernels, memsets,
-memcpys, from the exported trace) is summed and divided by the number of calls. When the
-GPU is the bottleneck (no idle gaps between launches) the cold median and the kernel sum
-agree; where they differ, the difference is launch gaps (the cold median includes them,
-the kernel sum does not; graph mode removes most of them).
+few more cold batches under ``torch.profiler``. From the exported trace, the device
+activity (kernels, memsets, memcpys) is merged into busy intervals and the busy time is
+divided by the number of calls. Two things are left out or handled on purpose: the eager
+timer's own spin kernel (``torch.cuda._sleep``, launched before each batch so the host runs
+ahead; it is not the path's work) is dropped, and kernels that overlap in time (a path
+that runs work on a second stream, e.g. ``marlin_asym``'s side_stream correction) count
+once, as the union of their intervals, not as the sum of their durations. When the GPU is
+the bottleneck (no idle gaps between launches) the cold median and the busy time agree;
+where the cold median is higher, the difference is launch gaps (graph mode removes most of
+them).
 
     python -m harness.measure.crosscheck --matrix production \
         --filter "M == 1024 and N == 8192" --paths fp16_cache,marlin_asym
@@ -32,7 +37,7 @@ class CrossCheck:
     path: str
     cold_us: float
     graph_us: float
-    profiler_us: float          # summed device activity per call under torch.profiler
+    profiler_us: float          # device busy time per call under torch.profiler (union of spans)
     kernels_per_call: float
     calls: int
     #: (device activity name, us per call) summed by name, longest first: what the call's
@@ -48,25 +53,63 @@ class CrossCheck:
         return self.graph_us / self.profiler_us - 1.0
 
 
-def device_activity(trace_path: str) -> list[tuple[str, float]]:
-    """(name, duration in us) of every device activity event in a chrome trace."""
+#: device activity that is the timer's, not the path's: torch.cuda._sleep's kernel
+TIMER_KERNELS = ("spin_kernel",)
+
+
+def device_spans(trace_path: str) -> list[tuple[str, float, float]]:
+    """(name, start us, duration us) of every device activity event in a chrome trace,
+    the timer's own spin kernel (``TIMER_KERNELS``) left out."""
     with open(trace_path, encoding="utf-8") as fh:
         events = json.load(fh).get("traceEvents", [])
-    return [(str(e.get("name", "?")), float(e.get("dur", 0.0))) for e in events
-            if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS]
+    out = []
+    for e in events:
+        name = str(e.get("name", "?"))
+        if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS and not any(t in name for t in TIMER_KERNELS):
+            out.append((name, float(e.get("ts", 0.0)), float(e.get("dur", 0.0))))
+    return out
+
+
+def device_activity(trace_path: str) -> list[tuple[str, float]]:
+    """(name, duration in us) of every device activity event (timer spin left out)."""
+    return [(name, dur) for name, _, dur in device_spans(trace_path)]
 
 
 def device_time_us(trace_path: str) -> tuple[float, int]:
-    """(summed duration in us, count) of device activity events in a chrome trace."""
+    """(summed duration in us, count) of device activity events (timer spin left out)."""
     dev = device_activity(trace_path)
     return float(sum(d for _, d in dev)), len(dev)
+
+
+def busy_us(spans: list[tuple[str, float, float]]) -> float:
+    """Length of the union of the spans' [start, start + duration) intervals: overlapping
+    kernels (two streams) count once."""
+    total, end = 0.0, float("-inf")
+    for _, start, dur in sorted(spans, key=lambda s: s[1]):
+        stop = start + dur
+        if start >= end:
+            total += dur
+        elif stop > end:
+            total += stop - end
+        end = max(end, stop)
+    return total
 
 
 def per_name_us(activity: list[tuple[str, float]], calls: int, width: int = 60) -> tuple[tuple[str, float], ...]:
     """Durations summed by (shortened) name and divided by ``calls``, longest first."""
     sums: dict[str, float] = {}
     for name, dur in activity:
-        key = name.split("(")[0].replace("void ", "")[:width]
+        key = name.replace("(anonymous namespace)", "(anon)").replace("void ", "")
+        depth, cut = 0, len(key)                  # drop the parameter list: the first "(" at depth 0
+        for i, ch in enumerate(key):              # of template brackets that is not "(anon)"
+            if ch == "<":
+                depth += 1
+            elif ch == ">":
+                depth -= 1
+            elif ch == "(" and depth == 0 and not key.startswith("(anon)", i):
+                cut = i
+                break
+        key = key[:cut][:width]
         sums[key] = sums.get(key, 0.0) + dur
     return tuple(sorted(((k, v / calls) for k, v in sums.items()), key=lambda kv: -kv[1]))
 
@@ -93,14 +136,13 @@ def crosscheck(case, path, device, settings, batches: int = 20) -> CrossCheck:
     os.close(fd)
     try:
         prof.export_chrome_trace(trace)
-        activity = device_activity(trace)
+        spans = device_spans(trace)
     finally:
         os.unlink(trace)
     calls = batches * cold.calls
-    total_us = sum(d for _, d in activity)
     return CrossCheck(case.id, path.name, cold_res.stats.median, graph_res.stats.median,
-                      total_us / calls, len(activity) / calls, cold.calls,
-                      per_name_us(activity, calls))
+                      busy_us(spans) / calls, len(spans) / calls, cold.calls,
+                      per_name_us([(n, d) for n, _, d in spans], calls))
 
 
 def main(argv: list[str] | None = None) -> int:
