@@ -49,11 +49,14 @@ SETTING_TYPES: dict[str, type] = {
     "max_samples": int,
     "gate_eager_speed": int,
     "ulp_rel_tolerance": float,
+    "accuracy_runs": int,
+    "fail_on_nondeterminism": int,
 }
 
 #: Settings added after runs were first stored: a run's json without one was gated with
 #: this value (``Settings.from_dict`` fills it in).
-ADDED_LATER: dict[str, float | int] = {"ulp_rel_tolerance": 0.0}
+ADDED_LATER: dict[str, float | int] = {"ulp_rel_tolerance": 0.0, "accuracy_runs": 1,
+                                       "fail_on_nondeterminism": 0}
 
 _DEFAULT_PRESETS: dict[str, dict[str, float | int]] = {
     "default": {
@@ -61,18 +64,21 @@ _DEFAULT_PRESETS: dict[str, dict[str, float | int]] = {
         "noise_margin_floor": 0.01, "ppl_drift_tolerance": 0.01, "warmup_ms": 25.0,
         "max_case_seconds": 2.0, "target_rel_spread": 0.01, "min_samples": 30,
         "max_samples": 2000, "gate_eager_speed": 0, "ulp_rel_tolerance": 0.005,
+        "accuracy_runs": 5, "fail_on_nondeterminism": 0,
     },
     "strict": {
         "rel_err_gate": 1e-3, "ulp_tolerance": 1.0, "min_effect": 0.02, "alpha": 0.01,
         "noise_margin_floor": 0.005, "ppl_drift_tolerance": 0.005, "warmup_ms": 50.0,
         "max_case_seconds": 4.0, "target_rel_spread": 0.005, "min_samples": 50,
         "max_samples": 5000, "gate_eager_speed": 1, "ulp_rel_tolerance": 0.002,
+        "accuracy_runs": 10, "fail_on_nondeterminism": 1,
     },
     "permissive": {
         "rel_err_gate": 2e-3, "ulp_tolerance": 4.0, "min_effect": 0.08, "alpha": 0.001,
         "noise_margin_floor": 0.03, "ppl_drift_tolerance": 0.02, "warmup_ms": 10.0,
         "max_case_seconds": 1.0, "target_rel_spread": 0.02, "min_samples": 20,
         "max_samples": 1000, "gate_eager_speed": 0, "ulp_rel_tolerance": 0.01,
+        "accuracy_runs": 3, "fail_on_nondeterminism": 0,
     },
 }
 _DEFAULT_PRESET_NAME = "default"
@@ -101,6 +107,8 @@ class Settings:
     max_samples: int
     gate_eager_speed: int = 0
     ulp_rel_tolerance: float = 0.0
+    accuracy_runs: int = 1
+    fail_on_nondeterminism: int = 0
     source: str = PACKAGED_SOURCE
     overrides: tuple[str, ...] = ()
 
@@ -116,6 +124,10 @@ class Settings:
                 raise ConfigError(f"setting {key!r} must be finite and >= 0, got {value!r}")
         if not 0.0 < self.alpha < 1.0:
             raise ConfigError(f"setting 'alpha' must be in (0, 1), got {self.alpha!r}")
+        if self.accuracy_runs < 1:
+            raise ConfigError(f"setting 'accuracy_runs' must be >= 1, got {self.accuracy_runs}")
+        if self.fail_on_nondeterminism not in (0, 1):
+            raise ConfigError(f"setting 'fail_on_nondeterminism' must be 0 or 1, got {self.fail_on_nondeterminism}")
         if self.min_samples < 1:
             raise ConfigError(f"setting 'min_samples' must be >= 1, got {self.min_samples}")
         if self.max_samples < self.min_samples:

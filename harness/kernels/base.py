@@ -26,6 +26,11 @@ Contract:
     ``KernelReturnCode`` so the runner records ERROR/fallback with the reason.
   * ``implementation(device)`` names what really runs there (e.g. on a CPU the
     native-INT4 row is the fp32 torch reference, and says so).
+  * ``nondeterminism`` is empty when the path promises bitwise-identical outputs for
+    identical inputs (the runner checks it over ``accuracy_runs`` runs and the gate
+    fails a row that breaks it); a path whose kernel is documented to vary between runs
+    says why in one line (the gate then reports the variation without failing, unless
+    ``fail_on_nondeterminism``).
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ class GemmPath(ABC):
     name: str = ""
     role: str = "path"
     description: str = ""
+    #: "" = bitwise-identical outputs for identical inputs; else why they may vary
+    nondeterminism: str = ""
 
     @abstractmethod
     def unavailable_reason(self, device: torch.device) -> str | None:

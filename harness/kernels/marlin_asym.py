@@ -59,6 +59,7 @@ from .correction_variants import (
 from .marlin_pack import MarlinPack, marlin_groupsize, marlin_pack_asymmetric
 from .marlin_providers import (
     DEFAULT_MAX_PAR,
+    MARLIN_NONDETERMINISM,
     get_provider,
     marlin_unsupported_reason,
     rc_meaning,
@@ -174,6 +175,7 @@ class MarlinAsymPath(GemmPath):
     name = "marlin_asym"
     role = "path"
     description = "Marlin symmetric INT4 kernel + a_group_sum/correction_accum correction"
+    nondeterminism = MARLIN_NONDETERMINISM
 
     def __init__(self, variant: str | None = None) -> None:
         self.variant = None if variant is None else check_variant_name(variant)

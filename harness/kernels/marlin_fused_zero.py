@@ -19,7 +19,12 @@ from .base import PATHS, GemmPath, KernelReturnCode, Prepared
 from .dispatch import UnsupportedCase
 from .marlin_asym import new_workspace
 from .marlin_pack import marlin_groupsize, marlin_pack_asymmetric, permute_scales
-from .marlin_providers import PROVIDERS, marlin_unsupported_reason, rc_meaning
+from .marlin_providers import (
+    MARLIN_NONDETERMINISM,
+    PROVIDERS,
+    marlin_unsupported_reason,
+    rc_meaning,
+)
 
 
 class MarlinFusedZeroPath(GemmPath):
@@ -28,6 +33,7 @@ class MarlinFusedZeroPath(GemmPath):
     name = "marlin_fused_zero"
     role = "peer"
     description = "quanto Marlin with sz = zero (fused zero point, no correction)"
+    nondeterminism = MARLIN_NONDETERMINISM
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         return PROVIDERS["quanto"].unavailable_reason(device)

@@ -37,6 +37,10 @@ RC_MEANING = {
     2: "no Marlin kernel instantiated for this (M blocks, thread_n, thread_k, groupsize) configuration",
 }
 DEFAULT_MAX_PAR = 16
+#: why a Marlin path's output may differ between runs on identical inputs (measured on the
+#: H200 with ``python -m harness.measure.determinism``: docs/measurement.md §10)
+MARLIN_NONDETERMINISM = ("Marlin's threadblocks reduce partial sums through global memory under "
+                         "locks; upstream documents slight run-to-run nondeterminism")
 PROVIDER_ENV = "HARNESS_MARLIN_PROVIDER"
 
 

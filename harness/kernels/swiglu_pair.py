@@ -78,7 +78,7 @@ class PairPath(GemmPath):
 
     def __init__(self, inner: GemmPath) -> None:
         self.inner = inner
-        self.name, self.role = inner.name, inner.role
+        self.name, self.role, self.nondeterminism = inner.name, inner.role, inner.nondeterminism
         self.description = f"SwiGLU pair: two {inner.name} calls, then SiLU x mul"
 
     def unavailable_reason(self, device: torch.device) -> str | None:
@@ -114,7 +114,7 @@ class FusedNativeSwiGLU(GemmPath):
     kinds = (PAIR_KIND,)
 
     def __init__(self, native: GemmPath) -> None:
-        self.native, self.role = native, native.role
+        self.native, self.role, self.nondeterminism = native, native.role, native.nondeterminism
         self.description = "quant_swiglu modelled: one native_int4 GEMM over [W_gate | W_up], SiLU x mul"
 
     def unavailable_reason(self, device: torch.device) -> str | None:

@@ -1,7 +1,7 @@
 """The regression gate: a verdict per (case, path, mode) row of a run against a baseline.
 
-Verdicts (``Verdict``): SAME, FASTER, SLOWER, AMBIGUOUS, WORSE_ACCURACY, LOST_DISPATCH,
-NEW, MISSING, ERROR. A row *fails* the gate when its verdict is in ``FAILING`` and its
+Verdicts (``Verdict``): SAME, FASTER, SLOWER, AMBIGUOUS, WORSE_ACCURACY, NONDETERMINISTIC,
+LOST_DISPATCH, NEW, MISSING, ERROR. A row *fails* the gate when its verdict is in ``FAILING`` and its
 ``role`` is ``path`` (peers such as tinygemm or cuBLAS are informational columns).
 ``GateResult.exit_code`` is 1 when any row fails, else 0; FASTER never fails and
 AMBIGUOUS (after re-measurement) does not fail either.
@@ -9,9 +9,13 @@ AMBIGUOUS (after re-measurement) does not fail either.
 Per row, in order: the current status (``error``/``rejected`` -> ERROR; ``unavailable``
 where the baseline was ``ok`` -> MISSING; absent where the baseline was ``ok`` ->
 MISSING; no usable baseline row -> NEW); then accuracy (rel_err over the gate, NaN/Inf,
-max/p99 ULP above the baseline's by more than the tolerance; for ``kind == "ppl"`` rows,
-PPL drift against the baseline's PPL or ``|ppl_drift_vs_native|`` above
-``ppl_drift_tolerance``) -> WORSE_ACCURACY; then dispatch (the baseline's dispatcher chose
+max/p99 ULP above the baseline's by more than the tolerance, the worst of the row's
+``accuracy_runs`` runs on identical inputs over the rel_err gate; for ``kind == "ppl"``
+rows, PPL drift against the baseline's PPL or ``|ppl_drift_vs_native|`` above
+``ppl_drift_tolerance``) -> WORSE_ACCURACY; then run-to-run variation (``distinct_outputs``
+> 1) -> NONDETERMINISTIC when the path promises identical outputs
+(``nondeterminism_note`` empty) or ``fail_on_nondeterminism`` is 1, otherwise a reason on
+the row (``RowVerdict.nondeterministic``) that does not fail; then dispatch (the baseline's dispatcher chose
 a Marlin path, the current one does not; flagged on the row of the path the baseline
 dispatched to) -> LOST_DISPATCH; then speed (``stats.speed_call``).
 The first applicable verdict in ``_PRIORITY`` order wins; ``reasons`` lists them all.
@@ -44,6 +48,7 @@ class Verdict(str, Enum):
     SLOWER = "SLOWER"
     AMBIGUOUS = "AMBIGUOUS"
     WORSE_ACCURACY = "WORSE_ACCURACY"
+    NONDETERMINISTIC = "NONDETERMINISTIC"
     LOST_DISPATCH = "LOST_DISPATCH"
     NEW = "NEW"
     MISSING = "MISSING"
@@ -53,9 +58,10 @@ class Verdict(str, Enum):
         return self.value
 
 
-FAILING = frozenset({Verdict.SLOWER, Verdict.WORSE_ACCURACY, Verdict.LOST_DISPATCH,
-                     Verdict.MISSING, Verdict.ERROR})
-_PRIORITY = (Verdict.ERROR, Verdict.MISSING, Verdict.WORSE_ACCURACY, Verdict.LOST_DISPATCH,
+FAILING = frozenset({Verdict.SLOWER, Verdict.WORSE_ACCURACY, Verdict.NONDETERMINISTIC,
+                     Verdict.LOST_DISPATCH, Verdict.MISSING, Verdict.ERROR})
+_PRIORITY = (Verdict.ERROR, Verdict.MISSING, Verdict.WORSE_ACCURACY, Verdict.NONDETERMINISTIC,
+             Verdict.LOST_DISPATCH,
              Verdict.SLOWER, Verdict.AMBIGUOUS, Verdict.FASTER, Verdict.NEW, Verdict.SAME)
 RANK = {v: i for i, v in enumerate(_PRIORITY)}
 
@@ -92,6 +98,7 @@ class RowVerdict:
     delta_p99_ulp: float = math.nan
     ppl_drift: float = math.nan        # cur.ppl / base.ppl - 1 for kind == "ppl"
     remeasured: bool = False
+    nondeterministic: bool = False     # the current row's outputs differed between runs
 
     @property
     def key(self) -> Key:
@@ -152,6 +159,9 @@ def _accuracy_problems(cur: ResultRow, base: ResultRow | None, s: Settings) -> l
     if math.isfinite(cur.rel_err) and cur.rel_err > bound:
         was = f" (baseline {base.rel_err:.3g})" if base is not None and math.isfinite(base.rel_err) else ""
         out.append(f"rel_err {cur.rel_err:.3g} over the gate {bound:g}{was}")
+    elif cur.distinct_outputs > 1 and math.isfinite(cur.worst_rel_err) and cur.worst_rel_err > bound:
+        out.append(f"the worst of {cur.accuracy_runs} runs on identical inputs has rel_err "
+                   f"{cur.worst_rel_err:.3g}, over the gate {bound:g} (most frequent output: {cur.rel_err:.3g})")
     drift = cur.ppl_drift_vs_native
     if cur.kind == "ppl" and math.isfinite(drift) and abs(drift) > s.ppl_drift_tolerance:
         out.append(f"PPL drift vs native INT4 {drift:+.2%} beyond tolerance {s.ppl_drift_tolerance:.2%}")
@@ -174,6 +184,20 @@ def _accuracy_problems(cur: ResultRow, base: ResultRow | None, s: Settings) -> l
     return out
 
 
+def _variation(cur: ResultRow, s: Settings) -> tuple[Verdict | None, str]:
+    """(NONDETERMINISTIC or None, what varied) for a row whose runs differed; ("" if none)."""
+    if cur.distinct_outputs <= 1:
+        return None, ""
+    what = (f"{cur.distinct_outputs} distinct outputs in {cur.accuracy_runs} runs on identical inputs "
+            f"(worst run: rel_fro_err {cur.worst_rel_fro_err:.3g}, max_ulp {cur.worst_max_ulp:.3g}; "
+            f"most frequent: {cur.rel_fro_err:.3g}, {cur.max_ulp:.3g})")
+    if not cur.nondeterminism_note:
+        return Verdict.NONDETERMINISTIC, what + "; this path promises identical outputs"
+    if s.fail_on_nondeterminism:
+        return Verdict.NONDETERMINISTIC, what + f"; expected ({cur.nondeterminism_note}) but fail_on_nondeterminism = 1"
+    return None, what + f"; expected for this path ({cur.nondeterminism_note}): informational"
+
+
 def _deltas(cur: ResultRow, base: ResultRow) -> dict:
     ppl = cur.ppl / base.ppl - 1.0 if base.ppl and math.isfinite(base.ppl) and base.ppl > 0 else math.nan
     return dict(delta_rel_err=cur.rel_err - base.rel_err, delta_max_ulp=cur.max_ulp - base.max_ulp,
@@ -189,6 +213,7 @@ def judge_row(
     if ref is None:
         raise ValueError("judge_row needs a current or a baseline row")
     found: list[tuple[Verdict, str]] = []
+    notes: list[str] = []                     # reasons that are not verdicts
     extra: dict = {}
     base_ok = base is not None and base.status == "ok"
     if cur is None:
@@ -209,6 +234,12 @@ def judge_row(
     else:
         problems = _accuracy_problems(cur, base if base_ok else None, settings)
         found += [(Verdict.WORSE_ACCURACY, p) for p in problems]
+        varied, what = _variation(cur, settings)
+        if varied is not None:
+            found.append((varied, what))
+        elif what:
+            notes.append(what)
+        extra["nondeterministic"] = cur.distinct_outputs > 1
         if not base_ok:
             found.append((Verdict.NEW, "no baseline row" if base is None else f"baseline row was {base.status}"))
         else:
@@ -231,7 +262,7 @@ def judge_row(
     eager_speed_only = (verdict == Verdict.SLOWER and ref.mode in ("cold", "cpu")
                         and not settings.gate_eager_speed)
     fails = verdict in FAILING and role != "peer" and not eager_speed_only
-    reasons = tuple(r for _, r in found)
+    reasons = tuple(r for _, r in found) + tuple(notes)
     if verdict in FAILING and role == "peer":
         reasons += ("peer row: informational, does not fail the gate",)
     elif eager_speed_only:

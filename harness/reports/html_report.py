@@ -21,6 +21,7 @@ from .schema import ResultRow
 
 VERDICT_COLOURS = {
     Verdict.SLOWER: "#f8c4c4", Verdict.WORSE_ACCURACY: "#f4a6a6", Verdict.LOST_DISPATCH: "#f6b98a",
+    Verdict.NONDETERMINISTIC: "#f4b6d2",
     Verdict.MISSING: "#e8c4f0", Verdict.ERROR: "#e89090", Verdict.AMBIGUOUS: "#fbe7a1",
     Verdict.FASTER: "#c6efce", Verdict.NEW: "#d6e6fa", Verdict.SAME: "#f2f2f2",
 }

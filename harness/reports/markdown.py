@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from .gate import GateResult, RowVerdict, Verdict
 
 _ICON = {Verdict.SLOWER: "🐢", Verdict.FASTER: "🚀", Verdict.WORSE_ACCURACY: "🎯",
-         Verdict.LOST_DISPATCH: "↪️", Verdict.MISSING: "❓", Verdict.ERROR: "💥",
+         Verdict.NONDETERMINISTIC: "🎲", Verdict.LOST_DISPATCH: "↪️", Verdict.MISSING: "❓", Verdict.ERROR: "💥",
          Verdict.AMBIGUOUS: "〰️", Verdict.NEW: "🆕", Verdict.SAME: "="}
 
 
@@ -49,6 +49,10 @@ def summary_line(result: GateResult) -> str:
     counts = {k: n for k, n in result.counts().items() if n}
     parts = ", ".join(f"{n} {k}" for k, n in counts.items()) or "no rows"
     state = "PASS" if result.passed else f"FAIL ({len(result.failures)} regressions)"
+    varied = [v for v in result.verdicts if v.nondeterministic]
+    if varied:
+        paths = ", ".join(sorted({v.path for v in varied}))
+        parts += f"; {len(varied)} rows varied between runs on identical inputs ({paths})"
     return f"{state}: {parts}"
 
 

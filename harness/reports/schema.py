@@ -5,6 +5,11 @@ harness writes has a header row with exactly ``column_names()`` (plus, for repor
 extra verdict/delta columns). ``samples_us`` holds the kept raw timing samples,
 ';'-joined, so the gate can test distributions rather than medians.
 
+Versions: 2 added the run-to-run determinism columns (``accuracy_runs``,
+``distinct_outputs``, ``worst_*``, ``nondeterminism_note``). Rows of version 1 still read:
+the added columns take the values in ``ADDED_IN_2`` (``accuracy_runs`` 0 = not measured)
+and the row is upgraded to the current version in memory.
+
 Status values: ``ok`` (timed and checked), ``error`` (the path raised or returned a
 non-zero code; ``error`` says why), ``unavailable`` (the path cannot run here;
 ``error`` holds its reason), ``rejected`` (a timing below the physical floor: a
@@ -16,7 +21,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-RESULT_SCHEMA_VERSION = 1
+RESULT_SCHEMA_VERSION = 2
+#: columns added in schema 2, with the value a version-1 row reads as
+ADDED_IN_2: dict[str, object] = {
+    "accuracy_runs": 0, "distinct_outputs": 0, "worst_rel_err": math.nan,
+    "worst_rel_fro_err": math.nan, "worst_max_ulp": math.nan, "nondeterminism_note": "",
+}
+SUPPORTED_VERSIONS = (1, 2)
 STATUSES = ("ok", "error", "unavailable", "rejected")
 MODES = ("cold", "graph", "cpu", "model")
 
@@ -75,6 +86,14 @@ class ResultRow:
     nonfinite: int = 0
     rel_err_bound: float = math.nan      # the bound this row is held to (harness.kernels.bounds)
     rel_err_bound_reason: str = ""       # why it differs from the fp16 gate ("" when it does not)
+    # run-to-run determinism: the accuracy above is that of the most frequent output of
+    # ``accuracy_runs`` runs on identical inputs; ``worst_*`` is the worst run's
+    accuracy_runs: int = 0               # 0: not measured (schema-1 rows)
+    distinct_outputs: int = 0            # bitwise-distinct outputs among those runs
+    worst_rel_err: float = math.nan
+    worst_rel_fro_err: float = math.nan
+    worst_max_ulp: float = math.nan
+    nondeterminism_note: str = ""        # the path's documented reason to vary ("" = must not)
     # Marlin + correction breakdown
     marlin_only_us: float = math.nan
     correction_overhead_pct: float = math.nan
@@ -106,10 +125,13 @@ class ResultRow:
             version = int(float(version))
         except (TypeError, ValueError):
             raise SchemaError(f"{source}: field 'schema_version' is missing or not a number ({version!r})") from None
-        if version != RESULT_SCHEMA_VERSION:
+        if version not in SUPPORTED_VERSIONS:
             raise SchemaError(
-                f"{source}: schema_version {version} is not supported (expected {RESULT_SCHEMA_VERSION})"
+                f"{source}: schema_version {version} is not supported (expected one of "
+                f"{', '.join(map(str, SUPPORTED_VERSIONS))})"
             )
+        if version == 1:
+            d = {**ADDED_IN_2, **d, "schema_version": RESULT_SCHEMA_VERSION}
         kwargs = {}
         for f in fields(cls):
             if f.name not in d:
@@ -148,3 +170,8 @@ def _convert(value, type_name, field_name: str, source: str):
 
 def column_names() -> list[str]:
     return [f.name for f in fields(ResultRow)]
+
+
+def required_columns() -> list[str]:
+    """Columns every result CSV must have (schema-1 files lack the ``ADDED_IN_2`` ones)."""
+    return [c for c in column_names() if c not in ADDED_IN_2]

@@ -25,7 +25,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .environment import Environment
-from .schema import RESULT_SCHEMA_VERSION, ResultRow, SchemaError, column_names
+from .schema import (
+    RESULT_SCHEMA_VERSION,
+    SUPPORTED_VERSIONS,
+    ResultRow,
+    SchemaError,
+    column_names,
+    required_columns,
+)
 
 META_SCHEMA_VERSION = 1
 _SAFE_COMPONENT_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-+")
@@ -131,7 +138,7 @@ def parse_csv_text(text: str, source: str) -> list[ResultRow]:
     except csv.Error as exc:
         raise SchemaError(f"{source}: not a CSV file ({exc})") from None
     header = [h.strip() for h in header]
-    missing = [c for c in column_names() if c not in header]
+    missing = [c for c in required_columns() if c not in header]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise SchemaError(f"{source}: missing column {missing[0]!r}{more}")
@@ -223,9 +230,10 @@ class RunMeta:
         if version != META_SCHEMA_VERSION:
             raise SchemaError(f"{source}: schema_version {version} is not supported (expected {META_SCHEMA_VERSION})")
         rsv = d.get("result_schema_version", RESULT_SCHEMA_VERSION)
-        if rsv != RESULT_SCHEMA_VERSION:
+        if rsv not in SUPPORTED_VERSIONS:
             raise SchemaError(
-                f"{source}: result_schema_version {rsv!r} is not supported (expected {RESULT_SCHEMA_VERSION})"
+                f"{source}: result_schema_version {rsv!r} is not supported (expected one of "
+                f"{', '.join(map(str, SUPPORTED_VERSIONS))})"
             )
         matrix = d.get("matrix")
         if not isinstance(matrix, str) or not matrix:

@@ -64,6 +64,11 @@ def test_every_verdict_is_reachable(base):
     # WORSE_ACCURACY: rel_err over the gate
     k = (m64, "fp16_cache", "graph")
     cur[k] = replace(cur[k], rel_err=5e-3)
+    # NONDETERMINISTIC: a path that promises identical outputs gave two in five runs (a
+    # case of its own, in both builds)
+    m48 = "M48-N2048-K2048-g128-s0"
+    extra = replace(cur[(m64, "native_int4", "graph")], case_id=m48, M=48)
+    cur[extra.key] = replace(extra, accuracy_runs=5, distinct_outputs=2, worst_rel_err=extra.rel_err)
     # LOST_DISPATCH: the dispatcher no longer picks Marlin for M=16
     for path in ("native_int4", "fp16_cache", "marlin_asym", "tinygemm"):
         kk = (m16, path, "graph")
@@ -76,12 +81,13 @@ def test_every_verdict_is_reachable(base):
     cur[k] = replace(cur[k], status="unavailable", error="no CUDA device")
     new = replace(base[0], case_id="M32-N2048-K2048-g128-s0", M=32)
     cur[new.key] = new
-    result = evaluate(list(cur.values()), base, S)
+    result = evaluate(list(cur.values()), [*base, extra], S)
     got = {v.key: v for v in result.verdicts}
     assert got[(m16, "native_int4", "graph")].verdict == Verdict.SLOWER
     assert got[(m16, "fp16_cache", "graph")].verdict == Verdict.FASTER
     assert got[(m64, "native_int4", "graph")].verdict == Verdict.AMBIGUOUS
     assert got[(m64, "fp16_cache", "graph")].verdict == Verdict.WORSE_ACCURACY
+    assert got[extra.key].verdict == Verdict.NONDETERMINISTIC
     assert got[(m16, "marlin_asym", "graph")].verdict == Verdict.LOST_DISPATCH
     assert got[(m1, "marlin_asym", "graph")].verdict == Verdict.ERROR
     assert got[(m1, "fp16_cache", "graph")].verdict == Verdict.MISSING
@@ -411,3 +417,46 @@ def test_eager_mode_slowdown_is_informational_unless_the_preset_gates_it():
     assert judge_row(row("graph", 1.10), row("graph", 1.0), default).fails
     strict = replace(default, gate_eager_speed=1)
     assert judge_row(row("cold", 1.10), row("cold", 1.0), strict).fails
+
+
+def _varied(row, note="", runs=5, distinct=2, worst_rel=None):
+    return replace(row, accuracy_runs=runs, distinct_outputs=distinct, nondeterminism_note=note,
+                   worst_rel_err=row.rel_err if worst_rel is None else worst_rel,
+                   worst_rel_fro_err=10 * row.rel_fro_err, worst_max_ulp=row.max_ulp + 1e5)
+
+
+def test_a_path_that_promises_identical_outputs_fails_when_they_differ(base):
+    cur = {r.key: r for r in resample(base, seed=11)}
+    k = ("M16-N2048-K2048-g128-s0", "native_int4", "graph")
+    cur[k] = _varied(cur[k])
+    v = _one(evaluate(list(cur.values()), base, S), *k)
+    assert v.verdict == Verdict.NONDETERMINISTIC and v.fails and v.nondeterministic
+    assert "2 distinct outputs in 5 runs" in v.reason and "promises identical outputs" in v.reason
+
+
+def test_documented_variation_is_reported_without_failing_unless_strict(base):
+    cur = {r.key: r for r in resample(base, seed=11)}
+    k = ("M16-N2048-K2048-g128-s0", "native_int4", "graph")
+    cur[k] = _varied(cur[k], note="locks in the reduction")
+    result = evaluate(list(cur.values()), base, S)
+    v = _one(result, *k)
+    assert v.verdict == Verdict.SAME and not v.fails and v.nondeterministic
+    assert "expected for this path (locks in the reduction)" in v.reason
+    assert result.passed
+    from harness.reports.markdown import summary_line
+    assert "1 rows varied between runs on identical inputs (native_int4)" in summary_line(result)
+    strict = load_settings("default", overrides={"fail_on_nondeterminism": 1})
+    v = _one(evaluate(list(cur.values()), base, strict), *k)
+    assert v.verdict == Verdict.NONDETERMINISTIC and v.fails
+
+
+def test_the_worst_run_is_held_to_the_rel_err_gate(base):
+    cur = {r.key: r for r in resample(base, seed=11)}
+    k = ("M16-N2048-K2048-g128-s0", "native_int4", "graph")
+    cur[k] = _varied(cur[k], note="documented", worst_rel=5 * S.rel_err_gate)
+    v = _one(evaluate(list(cur.values()), base, S), *k)
+    assert v.verdict == Verdict.WORSE_ACCURACY and v.fails
+    assert "the worst of 5 runs on identical inputs has rel_err" in v.reason
+    # a schema-1 row (accuracy_runs 0, distinct 0) is judged as before
+    old = replace(cur[k], accuracy_runs=0, distinct_outputs=0, worst_rel_err=math.nan)
+    assert _one(evaluate([old], [r for r in base if r.key == k], S), *k).verdict == Verdict.SAME

@@ -77,7 +77,7 @@ def _edit_csv(text: str, column: str, value: str | None) -> str:
 
 #: (id, column, new value or None to drop it, the text the error must name)
 CSV_FAULTS = [
-    ("wrong-schema-version", "schema_version", "2", "schema_version 2 is not supported"),
+    ("wrong-schema-version", "schema_version", "9", "schema_version 9 is not supported"),
     ("schema-version-not-a-number", "schema_version", "v1", "'schema_version'"),
     ("missing-column", "rel_err", None, "missing column 'rel_err'"),
     ("non-numeric-float", "time_us_median", "fast", "field 'time_us_median' has a non-float value 'fast'"),
@@ -348,8 +348,14 @@ def test_a_kernel_skipping_part_of_c_is_caught():
     row = _run(FaultPath(_native(), "skip_last_n_tile"))[0]
     assert row.status == "error" and row.nonfinite == CASE.M * 128
     assert "unwritten or NaN" in row.error
-    # Correct on the accuracy run, then skipping: the poisoned fresh re-check catches it.
+    # Correct on the first run, then skipping: the second of the accuracy runs on identical
+    # inputs catches it ...
     late = _run(FaultPath(_native(), "skip_last_n_tile", when=lambda M, i: i > 0))[0]
+    assert late.status == "error" and late.nonfinite == CASE.M * 128
+    assert "run 2 of 5 on identical inputs" in late.error
+    # ... and with one accuracy run, the poisoned fresh re-check after timing does.
+    one = load_settings(overrides={**FAST, "accuracy_runs": 1})
+    late = _run(FaultPath(_native(), "skip_last_n_tile", when=lambda M, i: i > 0), settings=one)[0]
     assert late.status == "error" and late.nonfinite == 0
     assert "fresh inputs" in late.error and f"{CASE.M * 128} of {CASE.M * 256}" in late.error
 
@@ -382,3 +388,26 @@ def test_wrong_arch_is_skipped_and_force_records_the_real_arch(tmp_path, commit,
     got = read_rows(tmp_path / "r" / commit / "sm89" / "smoke.csv")
     assert [r.arch for r in got] == ["sm89"] and not (tmp_path / "r" / commit / "sm90").exists()
     assert read_meta(tmp_path / "r" / commit / "sm89" / "smoke.json").arch == "sm89"
+
+
+def test_a_schema_1_csv_still_reads_with_the_determinism_columns_unmeasured(tmp_path, rows):
+    """Schema 2 added the run-to-run columns; a stored schema-1 CSV (every committed
+    baseline before them) reads, upgraded, with accuracy_runs 0 (= not measured)."""
+    from harness.reports.schema import ADDED_IN_2, RESULT_SCHEMA_VERSION
+
+    table = list(csv.reader(io.StringIO(rows_to_csv_text(rows))))
+    keep = [i for i, c in enumerate(table[0]) if c not in ADDED_IN_2]
+    v = table[0].index("schema_version")
+    table = [table[0]] + [[("1" if i == v else c) for i, c in enumerate(r)] for r in table[1:]]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows([[r[i] for i in keep] for r in table])
+    path = tmp_path / "old.csv"
+    path.write_text(buf.getvalue())
+    got = read_rows(path)
+    assert len(got) == len(rows)
+    assert all(r.accuracy_runs == 0 and r.distinct_outputs == 0 and r.nondeterminism_note == "" for r in got)
+    assert all(r.schema_version == RESULT_SCHEMA_VERSION for r in got)
+    # a schema-2 file must carry the new columns
+    path.write_text(_edit_csv(rows_to_csv_text(rows), "accuracy_runs", None))
+    with pytest.raises(SchemaError, match="missing column 'accuracy_runs'"):
+        read_rows(path)

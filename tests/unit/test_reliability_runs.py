@@ -59,7 +59,7 @@ FAULTS = [  # (id, fault, where, when, the reason the row must carry)
     ("raise-first-call", "raise", "run", lambda M, i: M == 4, "RuntimeError: planted kernel failure"),
     ("oom-first-call", "oom", "run", lambda M, i: M == 4, "CUDA out of memory: CUDA out of memory. Tried"),
     ("oom-in-prepare", "oom", "prepare", lambda K, N: N == 256, "CUDA out of memory"),
-    ("oom-while-timing", "oom", "run", lambda M, i: M == 4 and i == 3, "cpu timing: CUDA out of memory"),
+    ("oom-while-timing", "oom", "run", lambda M, i: M == 4 and i == 8, "cpu timing: CUDA out of memory"),
     ("nonzero-rc", "rc", "run", lambda M, i: M == 4, "native_int4: kernel returned rc=2 (planted"),
     ("rc-in-prepare", "rc", "prepare", lambda K, N: N == 256, "rc=2"),
 ]
