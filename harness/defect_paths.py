@@ -1,7 +1,8 @@
 """Test-only path wrappers that misbehave on purpose (used by ``harness.defects``).
 
 ``WrappedPath`` behaves exactly like the path it wraps; each subclass plants one defect
-a real path could have: ``CachedOutputPath`` (returns a stale C), ``SlowdownPath`` (every
+a real path could have: ``CachedOutputPath`` (returns a stale C), ``RacyOutputPath`` (one
+element comes out different on every other call, like a lost update), ``SlowdownPath`` (every
 call takes ``fraction`` longer), ``SideStreamPath`` (work escapes the caller's stream)
 and ``FaultPath`` (raises, runs out of memory, returns a non-zero code or writes NaN/Inf
 or leaves part of C unwritten on chosen calls). Never use outside tests and studies.
@@ -30,6 +31,7 @@ class WrappedPath(GemmPath):
     def __init__(self, inner: GemmPath) -> None:
         self.inner = inner
         self.name, self.role, self.description = inner.name, inner.role, inner.description
+        self.nondeterminism = inner.nondeterminism
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         return self.inner.unavailable_reason(device)
@@ -63,6 +65,19 @@ class CachedOutputPath(WrappedPath):
             prepared.state["_planted_cached_output"] = out.clone()
         else:
             out.copy_(cached)
+        return out
+
+
+class RacyOutputPath(WrappedPath):
+    """``inner``, but every other call moves C[0, 0] by 5% of mean |C| (a lost update in a
+    reduction): accurate on average, different bits between runs on identical inputs."""
+
+    def run(self, prepared, A, out):
+        self.inner.run(prepared, A, out)
+        calls = prepared.state.get("_planted_racy_calls", 0) + 1
+        prepared.state["_planted_racy_calls"] = calls
+        if calls % 2 == 0:
+            out[0, 0] += 0.05 * out.abs().mean()
         return out
 
 

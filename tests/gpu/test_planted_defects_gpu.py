@@ -155,6 +155,18 @@ def test_cached_output_is_caught_by_the_fresh_recheck(gpu, accuracy_base):
         assert v[k].verdict == Verdict.ERROR and "fresh inputs" in v[k].reason
 
 
+def test_a_racy_output_is_nondeterministic(gpu, accuracy_base):
+    """native_int4 (a CUDA kernel here) promises identical outputs; planted, one element
+    differs on every other call. The accuracy runs on identical inputs catch it."""
+    reg, base = accuracy_base
+    with defects.get("racy_output").plant(path="native_int4", registry=reg):
+        rows = _run(gpu, reg, (GROUPED,))
+    key = (GROUPED.id, "native_int4", "cold")
+    v = _record("racy_output", evaluate(rows, base, FAST), [key])
+    assert v[key].verdict == Verdict.NONDETERMINISTIC and v[key].fails, v[key].reasons
+    assert v[key].current.distinct_outputs == 2 and v[key].current.rel_err < 1e-3
+
+
 def test_a_five_percent_slowdown_is_slower_in_graph_mode(gpu):
     """A memory-bound decode GEMM of ~45 µs (fp16 cache), so the sleep node's own ~1 µs is
     well under the 5% asked for. (The compute-bound M1024 GEMM of ~200 µs used before

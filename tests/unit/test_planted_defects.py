@@ -30,7 +30,7 @@ GATE = load_settings(overrides={"min_effect": 100.0})     # accuracy defects: no
 GROUPED = GemmCase(M=16, N=256, K=512, group_size=128, seed=21)
 PER_ROW = GemmCase(M=16, N=256, K=512, group_size=512, seed=21)
 REQUIRED = {"packer_off_by_one_tile", "delta_wrong_sign", "per_row_untranslated", "correction_twice",
-            "scratch_not_regrown", "fp16_accumulation", "last_n_tile_skipped", "cached_output",
+            "scratch_not_regrown", "fp16_accumulation", "last_n_tile_skipped", "cached_output", "racy_output",
             "slowdown_5pct", "side_stream"}
 
 
@@ -66,7 +66,7 @@ def test_registry_lists_every_required_defect():
         assert d.verdict in {v.value for v in Verdict} and d.verdict != "SAME"
     assert set(defects.names("cpu")) == {"packer_off_by_one_tile", "delta_wrong_sign",
                                          "per_row_untranslated", "correction_twice",
-                                         "cached_output", "slowdown_5pct"}
+                                         "cached_output", "racy_output", "slowdown_5pct"}
     assert set(defects.names("gpu")) == set(defects.DEFECTS)
     with pytest.raises(ValueError, match="unknown"):
         defects.get("nope")
@@ -155,6 +155,26 @@ def test_a_cached_output_is_caught_by_the_fresh_input_recheck(clean):
         assert "does the path cache its output?" in hit.reason
         assert hit.current.rel_err < 1e-3                   # the first inputs looked perfect
         assert not v[(case.id, "native_int4")].fails
+
+
+# --------------------------------------------------------------------------- run-to-run variation
+def test_an_output_that_varies_between_runs_is_nondeterministic(clean):
+    """native_int4 promises identical outputs; planted, it differs at one element on every
+    other call: accurate on average (rel_err passes), caught by comparing the bits of the
+    accuracy runs. marlin_asym, documented to vary, would only be reported."""
+    reg = _registry("marlin_asym", "native_int4")
+    with defects.get("racy_output").plant(path="native_int4", registry=reg):
+        rows = _run(reg)
+    result = evaluate(rows, clean, GATE)
+    v = _verdicts(result)
+    for case in (GROUPED, PER_ROW):
+        hit = v[(case.id, "native_int4")]
+        assert hit.verdict == Verdict.NONDETERMINISTIC and hit.fails, hit.reasons
+        assert "2 distinct outputs in 5 runs on identical inputs" in hit.reason
+        assert hit.current.rel_err < 1e-3 and hit.current.distinct_outputs == 2
+        assert not v[(case.id, "marlin_asym")].fails
+    assert result.exit_code == 1
+    assert all(r.distinct_outputs == 1 for r in clean)        # unplanted: identical bits
 
 
 # --------------------------------------------------------------------------- 5% slowdown
