@@ -25,7 +25,9 @@ CALLS = 64
 
 
 def _slow_host_step(device):
-    xs = [torch.randn(256, 256, device=device, dtype=torch.float16) for _ in range(4)]
+    # CPU RNG: a graph capture that failed earlier in the process (the planted side_stream
+    # defect) can leave the default CUDA generator refusing offsets outside a capture
+    xs = [torch.randn(256, 256, dtype=torch.float16).to(device) for _ in range(4)]
     out = torch.empty_like(xs[0])
 
     def step(i: int) -> None:
