@@ -18,7 +18,6 @@ them).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import tempfile
@@ -146,16 +145,11 @@ def crosscheck(case, path, device, settings, batches: int = 20) -> CrossCheck:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.cases import MATRICES
     from harness.config import load_settings
-    from harness.kernels.base import PATHS
-    from harness.kernels.registry_load import load_all
 
-    ap = argparse.ArgumentParser(prog="python -m harness.measure.crosscheck", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--matrix", default="production")
-    ap.add_argument("--filter", default=None)
-    ap.add_argument("--paths", default="")
+    from .study_cli import case_path_parser, case_paths
+
+    ap = case_path_parser("python -m harness.measure.crosscheck", __doc__)
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--json", default=None, help="also write the results here")
     ap.add_argument("--kernels", action="store_true",
@@ -164,30 +158,28 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("crosscheck: no CUDA GPU is visible; nothing to cross-check")
         return 0
-    load_all()
     device = torch.device("cuda", torch.cuda.current_device())
     settings = load_settings()
-    names = [p for p in args.paths.split(",") if p] or PATHS.names()
     results = []
     print(f"{'case':28s} {'path':18s} {'cold us':>9s} {'graph us':>9s} {'profiler':>9s} "
           f"{'cold/prof':>9s} {'graph/prof':>10s} {'kern/call':>9s}")
-    for case in MATRICES.cases(args.matrix, args.filter):
-        for name in names:
-            path = PATHS.get(name)
-            if path.unavailable_reason(device):
-                continue
-            try:
-                r = crosscheck(case, path, device, settings, args.batches)
-            except Exception as exc:
-                print(f"{case.id:28s} {name:18s} error: {type(exc).__name__}: {exc}"[:200])
-                continue
-            results.append(r)
-            print(f"{r.case_id:28s} {r.path:18s} {r.cold_us:9.2f} {r.graph_us:9.2f} "
-                  f"{r.profiler_us:9.2f} {r.cold_vs_profiler:+9.2%} {r.graph_vs_profiler:+10.2%} "
-                  f"{r.kernels_per_call:9.1f}", flush=True)
-            if args.kernels:
-                for kname, us in r.by_name:
-                    print(f"{'':30s}{us:9.2f} us  {kname}")
+    try:
+        todo = case_paths(args, device)
+    except ValueError as exc:
+        ap.error(str(exc))
+    for case, path in todo:
+        try:
+            r = crosscheck(case, path, device, settings, args.batches)
+        except Exception as exc:
+            print(f"{case.id:28s} {path.name:18s} error: {type(exc).__name__}: {exc}"[:200])
+            continue
+        results.append(r)
+        print(f"{r.case_id:28s} {r.path:18s} {r.cold_us:9.2f} {r.graph_us:9.2f} "
+              f"{r.profiler_us:9.2f} {r.cold_vs_profiler:+9.2%} {r.graph_vs_profiler:+10.2%} "
+              f"{r.kernels_per_call:9.1f}", flush=True)
+        if args.kernels:
+            for kname, us in r.by_name:
+                print(f"{'':30s}{us:9.2f} us  {kname}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump([asdict(r) for r in results], fh, indent=1)

@@ -19,7 +19,6 @@ rows and 64-column tiles they touch).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import hashlib
 import statistics
@@ -111,45 +110,34 @@ def measure(case, path, device: torch.device, runs: int, ulp_budget: float = 2.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness.cases import MATRICES
-    from harness.kernels.base import PATHS
-    from harness.kernels.registry_load import load_all
+    from .study_cli import case_path_parser, case_paths
 
-    ap = argparse.ArgumentParser(prog="python -m harness.measure.determinism", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--matrix", default="production")
-    ap.add_argument("--filter", default=None)
-    ap.add_argument("--paths", default="marlin_asym,marlin_fused_zero,fp16_cache")
+    ap = case_path_parser("python -m harness.measure.determinism", __doc__,
+                          "marlin_asym,marlin_fused_zero,fp16_cache")
     ap.add_argument("--runs", type=int, default=20, help="runs per (case, path) (default 20)")
     ap.add_argument("--csv", default=None, help="also write the rows here")
     args = ap.parse_args(argv)
     if args.runs < 2:
         ap.error(f"--runs: need at least 2 runs to compare, got {args.runs}")
-    load_all()
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    names = [p for p in args.paths.split(",") if p]
-    for n in names:
-        PATHS.get(n)                      # an unknown path name fails here, naming it
     rows = []
     print(f"{'case':28s} {'path':18s} {'distinct':>8s} {'diff frac':>9s} {'ulp btw':>9s} "
           f"{'rows':>5s} {'tiles':>5s} {'rel_fro min/med/max':>28s} {'max_ulp min/max':>20s}")
-    for case in MATRICES.cases(args.matrix, args.filter):
-        for name in names:
-            path = PATHS.get(name)
-            if case.kind not in getattr(path, "kinds", ("gemm",)):
-                continue
-            if path.unavailable_reason(device) or path.unsupported_reason(case):
-                continue
-            try:
-                d = measure(case, path, device, args.runs)
-            except Exception as exc:
-                print(f"{case.id:28s} {name:18s} error: {type(exc).__name__}: {exc}"[:200])
-                continue
-            rows.append(d)
-            print(f"{d.case_id:28s} {d.path:18s} {d.distinct_outputs:8d} {d.diff_frac:9.2e} "
-                  f"{d.max_ulp_between:9.3g} {d.diff_rows:5d} {d.diff_col_tiles:5d} "
-                  f"{d.rel_fro_min:9.3g}/{d.rel_fro_median:9.3g}/{d.rel_fro_max:9.3g} "
-                  f"{d.max_ulp_min:9.3g}/{d.max_ulp_max:9.3g}", flush=True)
+    try:
+        todo = case_paths(args, device)
+    except ValueError as exc:
+        ap.error(str(exc))
+    for case, path in todo:
+        try:
+            d = measure(case, path, device, args.runs)
+        except Exception as exc:
+            print(f"{case.id:28s} {path.name:18s} error: {type(exc).__name__}: {exc}"[:200])
+            continue
+        rows.append(d)
+        print(f"{d.case_id:28s} {d.path:18s} {d.distinct_outputs:8d} {d.diff_frac:9.2e} "
+              f"{d.max_ulp_between:9.3g} {d.diff_rows:5d} {d.diff_col_tiles:5d} "
+              f"{d.rel_fro_min:9.3g}/{d.rel_fro_median:9.3g}/{d.rel_fro_max:9.3g} "
+              f"{d.max_ulp_min:9.3g}/{d.max_ulp_max:9.3g}", flush=True)
     if args.csv and rows:
         with open(args.csv, "w", newline="", encoding="utf-8") as fh:
             w = csv.DictWriter(fh, fieldnames=list(asdict(rows[0])))

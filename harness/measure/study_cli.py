@@ -1,0 +1,38 @@
+"""What the per-(case, path) study commands share: their case/path arguments and the loop.
+
+``case_path_parser(prog, doc, paths)`` builds an ``argparse`` parser with ``--matrix``,
+``--filter`` and ``--paths``; ``case_paths(args, device)`` loads the path registry and
+lists every (case, path) of the matrix that the path can run here (same kind, available
+on ``device``, shape supported), failing first, with its name, on an unknown path.
+Used by ``harness.measure.crosscheck`` and ``harness.measure.determinism``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def case_path_parser(prog: str, doc: str | None, paths: str = "") -> argparse.ArgumentParser:
+    """A parser with the shared ``--matrix``, ``--filter`` and ``--paths`` arguments."""
+    ap = argparse.ArgumentParser(prog=prog, description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--matrix", default="production")
+    ap.add_argument("--filter", default=None, help="case filter expression (see `harness cases`)")
+    ap.add_argument("--paths", default=paths,
+                    help=f"comma list of paths (default: {paths or 'every registered path'})")
+    return ap
+
+
+def case_paths(args: argparse.Namespace, device) -> list[tuple]:
+    """(case, path) pairs of ``args.matrix`` / ``args.filter`` / ``args.paths`` runnable here;
+    an unknown matrix, filter or path raises ``ValueError`` naming it."""
+    from harness.cases import MATRICES
+    from harness.kernels.base import PATHS
+    from harness.kernels.registry_load import load_all
+
+    load_all()
+    names = [p for p in (args.paths or "").split(",") if p] or PATHS.names()
+    paths = [PATHS.get(n) for n in names]
+    return [(case, path) for case in MATRICES.cases(args.matrix, args.filter) for path in paths
+            if case.kind in getattr(path, "kinds", ("gemm",))
+            and not (path.unavailable_reason(device) or path.unsupported_reason(case))]
