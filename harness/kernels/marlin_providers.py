@@ -39,8 +39,8 @@ RC_MEANING = {
 DEFAULT_MAX_PAR = 16
 #: why a Marlin path's output may differ between runs on identical inputs (measured on the
 #: H200 with ``python -m harness.measure.determinism``: docs/measurement.md §10)
-MARLIN_NONDETERMINISM = ("Marlin's threadblocks reduce partial sums through global memory under "
-                         "locks; upstream documents slight run-to-run nondeterminism")
+MARLIN_NONDETERMINISM = ("a race in Marlin's global reduction corrupts blocks of C in some runs at "
+                         "M = 1024 on the H200 (optimum-quanto #332, vLLM #11205)")
 PROVIDER_ENV = "HARNESS_MARLIN_PROVIDER"
 
 
