@@ -147,7 +147,7 @@ def crosscheck(case, path, device, settings, batches: int = 20) -> CrossCheck:
 def main(argv: list[str] | None = None) -> int:
     from harness.config import load_settings
 
-    from .study_cli import case_path_parser, case_paths
+    from .study_cli import case_path_parser, run_each
 
     ap = case_path_parser("python -m harness.measure.crosscheck", __doc__)
     ap.add_argument("--batches", type=int, default=20)
@@ -160,26 +160,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     device = torch.device("cuda", torch.cuda.current_device())
     settings = load_settings()
-    results = []
     print(f"{'case':28s} {'path':18s} {'cold us':>9s} {'graph us':>9s} {'profiler':>9s} "
           f"{'cold/prof':>9s} {'graph/prof':>10s} {'kern/call':>9s}")
-    try:
-        todo = case_paths(args, device)
-    except ValueError as exc:
-        ap.error(str(exc))
-    for case, path in todo:
-        try:
-            r = crosscheck(case, path, device, settings, args.batches)
-        except Exception as exc:
-            print(f"{case.id:28s} {path.name:18s} error: {type(exc).__name__}: {exc}"[:200])
-            continue
-        results.append(r)
+
+    def show(r: CrossCheck) -> None:
         print(f"{r.case_id:28s} {r.path:18s} {r.cold_us:9.2f} {r.graph_us:9.2f} "
               f"{r.profiler_us:9.2f} {r.cold_vs_profiler:+9.2%} {r.graph_vs_profiler:+10.2%} "
               f"{r.kernels_per_call:9.1f}", flush=True)
         if args.kernels:
             for kname, us in r.by_name:
                 print(f"{'':30s}{us:9.2f} us  {kname}")
+
+    results = run_each(ap, args, device, lambda c, p: crosscheck(c, p, device, settings, args.batches), show)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump([asdict(r) for r in results], fh, indent=1)

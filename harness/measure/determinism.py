@@ -110,7 +110,7 @@ def measure(case, path, device: torch.device, runs: int, ulp_budget: float = 2.0
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .study_cli import case_path_parser, case_paths
+    from .study_cli import case_path_parser, run_each
 
     ap = case_path_parser("python -m harness.measure.determinism", __doc__,
                           "marlin_asym,marlin_fused_zero,fp16_cache")
@@ -120,24 +120,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 2:
         ap.error(f"--runs: need at least 2 runs to compare, got {args.runs}")
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    rows = []
     print(f"{'case':28s} {'path':18s} {'distinct':>8s} {'diff frac':>9s} {'ulp btw':>9s} "
           f"{'rows':>5s} {'tiles':>5s} {'rel_fro min/med/max':>28s} {'max_ulp min/max':>20s}")
-    try:
-        todo = case_paths(args, device)
-    except ValueError as exc:
-        ap.error(str(exc))
-    for case, path in todo:
-        try:
-            d = measure(case, path, device, args.runs)
-        except Exception as exc:
-            print(f"{case.id:28s} {path.name:18s} error: {type(exc).__name__}: {exc}"[:200])
-            continue
-        rows.append(d)
+
+    def show(d: Determinism) -> None:
         print(f"{d.case_id:28s} {d.path:18s} {d.distinct_outputs:8d} {d.diff_frac:9.2e} "
               f"{d.max_ulp_between:9.3g} {d.diff_rows:5d} {d.diff_col_tiles:5d} "
               f"{d.rel_fro_min:9.3g}/{d.rel_fro_median:9.3g}/{d.rel_fro_max:9.3g} "
               f"{d.max_ulp_min:9.3g}/{d.max_ulp_max:9.3g}", flush=True)
+
+    rows = run_each(ap, args, device, lambda c, p: measure(c, p, device, args.runs), show)
     if args.csv and rows:
         with open(args.csv, "w", newline="", encoding="utf-8") as fh:
             w = csv.DictWriter(fh, fieldnames=list(asdict(rows[0])))
