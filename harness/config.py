@@ -37,7 +37,6 @@ class ConfigError(ValueError):
 #: key -> type; the order is the order of ``Settings`` fields after ``preset``.
 SETTING_TYPES: dict[str, type] = {
     "rel_err_gate": float,
-    "ulp_tolerance": float,
     "min_effect": float,
     "alpha": float,
     "noise_margin_floor": float,
@@ -48,37 +47,52 @@ SETTING_TYPES: dict[str, type] = {
     "min_samples": int,
     "max_samples": int,
     "gate_eager_speed": int,
-    "ulp_rel_tolerance": float,
     "accuracy_runs": int,
     "fail_on_nondeterminism": int,
+    "rel_err_growth": float,
+    "rms_ulp_slack": float,
+    "rms_ulp_growth": float,
 }
 
 #: Settings added after runs were first stored: a run's json without one was gated with
-#: this value (``Settings.from_dict`` fills it in).
-ADDED_LATER: dict[str, float | int] = {"ulp_rel_tolerance": 0.0, "accuracy_runs": 1,
-                                       "fail_on_nondeterminism": 0}
+#: this value (``Settings.from_dict`` fills it in). The three accuracy-growth keys did not
+#: exist then (the gate compared per-element ULPs instead); a json without them reads with
+#: the default preset's values.
+ADDED_LATER: dict[str, float | int] = {"accuracy_runs": 1, "fail_on_nondeterminism": 0,
+                                       "rel_err_growth": 0.10, "rms_ulp_slack": 0.25,
+                                       "rms_ulp_growth": 0.10}
+
+#: Settings that no longer exist: the per-element ULP gate (``max_ulp`` / ``p99_ulp``
+#: against the baseline's + max(ulp_tolerance, ulp_rel_tolerance x the baseline's)),
+#: replaced by the LESS_ACCURATE rule (``rel_err_growth``, ``rms_ulp_slack``,
+#: ``rms_ulp_growth``). Stored runs and older pyproject tables that carry them still load;
+#: the values are ignored. ``--set`` refuses them.
+RETIRED: frozenset[str] = frozenset({"ulp_tolerance", "ulp_rel_tolerance"})
 
 _DEFAULT_PRESETS: dict[str, dict[str, float | int]] = {
     "default": {
-        "rel_err_gate": 1e-3, "ulp_tolerance": 2.0, "min_effect": 0.03, "alpha": 0.01,
+        "rel_err_gate": 1e-3, "min_effect": 0.03, "alpha": 0.01,
         "noise_margin_floor": 0.01, "ppl_drift_tolerance": 0.01, "warmup_ms": 25.0,
         "max_case_seconds": 2.0, "target_rel_spread": 0.01, "min_samples": 30,
-        "max_samples": 2000, "gate_eager_speed": 0, "ulp_rel_tolerance": 0.005,
+        "max_samples": 2000, "gate_eager_speed": 0,
         "accuracy_runs": 5, "fail_on_nondeterminism": 0,
+        "rel_err_growth": 0.10, "rms_ulp_slack": 0.25, "rms_ulp_growth": 0.10,
     },
     "strict": {
-        "rel_err_gate": 1e-3, "ulp_tolerance": 1.0, "min_effect": 0.02, "alpha": 0.01,
+        "rel_err_gate": 1e-3, "min_effect": 0.02, "alpha": 0.01,
         "noise_margin_floor": 0.005, "ppl_drift_tolerance": 0.005, "warmup_ms": 50.0,
         "max_case_seconds": 4.0, "target_rel_spread": 0.005, "min_samples": 50,
-        "max_samples": 5000, "gate_eager_speed": 1, "ulp_rel_tolerance": 0.002,
+        "max_samples": 5000, "gate_eager_speed": 1,
         "accuracy_runs": 10, "fail_on_nondeterminism": 1,
+        "rel_err_growth": 0.05, "rms_ulp_slack": 0.1, "rms_ulp_growth": 0.05,
     },
     "permissive": {
-        "rel_err_gate": 2e-3, "ulp_tolerance": 4.0, "min_effect": 0.08, "alpha": 0.001,
+        "rel_err_gate": 2e-3, "min_effect": 0.08, "alpha": 0.001,
         "noise_margin_floor": 0.03, "ppl_drift_tolerance": 0.02, "warmup_ms": 10.0,
         "max_case_seconds": 1.0, "target_rel_spread": 0.02, "min_samples": 20,
-        "max_samples": 1000, "gate_eager_speed": 0, "ulp_rel_tolerance": 0.01,
+        "max_samples": 1000, "gate_eager_speed": 0,
         "accuracy_runs": 3, "fail_on_nondeterminism": 0,
+        "rel_err_growth": 0.25, "rms_ulp_slack": 0.5, "rms_ulp_growth": 0.25,
     },
 }
 _DEFAULT_PRESET_NAME = "default"
@@ -95,7 +109,6 @@ class Settings:
 
     preset: str
     rel_err_gate: float
-    ulp_tolerance: float
     min_effect: float
     alpha: float
     noise_margin_floor: float
@@ -106,9 +119,11 @@ class Settings:
     min_samples: int
     max_samples: int
     gate_eager_speed: int = 0
-    ulp_rel_tolerance: float = 0.0
     accuracy_runs: int = 1
     fail_on_nondeterminism: int = 0
+    rel_err_growth: float = 0.10       # LESS_ACCURATE: rel_err above baseline x (1 + this)
+    rms_ulp_slack: float = 0.25        # LESS_ACCURATE: rms_ulp_p99 above baseline + max(this,
+    rms_ulp_growth: float = 0.10       #   rms_ulp_growth x baseline)
     source: str = PACKAGED_SOURCE
     overrides: tuple[str, ...] = ()
 
@@ -143,7 +158,8 @@ class Settings:
 
     @classmethod
     def from_dict(cls, d: Mapping, source: str = "<settings>") -> Settings:
-        """Rebuild from ``to_dict`` output (e.g. a run's json); unknown keys are ignored."""
+        """Rebuild from ``to_dict`` output (e.g. a run's json); unknown keys (``RETIRED``
+        ones included) are ignored, keys in ``ADDED_LATER`` may be absent."""
         d = {**ADDED_LATER, **d}
         missing = [k for k in SETTING_TYPES if k not in d]
         if missing:
@@ -183,11 +199,15 @@ def _presets_from(table: dict | None, source: str) -> tuple[dict[str, dict], str
     file_presets = table.get("presets", {})
     if not isinstance(file_presets, dict):
         raise ConfigError(f"{source}: [tool.harness.presets] must be a table")
-    base = dict(_DEFAULT_PRESETS[_DEFAULT_PRESET_NAME])
-    base.update(file_presets.get(_DEFAULT_PRESET_NAME, {}))
     for name, values in file_presets.items():
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: [tool.harness.presets.{name}] must be a table")
+    # an older pyproject may still carry retired keys: read, ignored
+    file_presets = {name: {k: v for k, v in values.items() if k not in RETIRED}
+                    for name, values in file_presets.items()}
+    base = dict(_DEFAULT_PRESETS[_DEFAULT_PRESET_NAME])
+    base.update(file_presets.get(_DEFAULT_PRESET_NAME, {}))
+    for name, values in file_presets.items():
         _check_keys(values, f"{source}: preset {name!r}")
         merged = dict(presets.get(name, base))
         merged.update(values)
@@ -203,6 +223,11 @@ def _presets_from(table: dict | None, source: str) -> tuple[dict[str, dict], str
 
 def _check_keys(values: Iterable[str], where: str) -> None:
     for key in values:
+        if key in RETIRED:
+            raise ConfigError(
+                f"{where}: setting {key!r} is retired (the per-element ULP gate was replaced by "
+                "rel_err_growth, rms_ulp_slack and rms_ulp_growth)"
+            )
         if key not in SETTING_TYPES:
             raise ConfigError(
                 f"{where}: unknown setting {key!r}; valid settings: " + ", ".join(SETTING_TYPES)

@@ -383,7 +383,8 @@ def _sync_quietly(device: torch.device) -> None:
 def _accuracy_fields(acc) -> dict:
     return dict(rel_err=acc.rel_err, rel_fro_err=acc.rel_fro_err, max_ulp=acc.max_ulp,
                 p99_ulp=acc.p99_ulp, mean_ulp=acc.mean_ulp,
-                frac_ulp_over_budget=acc.frac_over_budget, nonfinite=acc.nonfinite)
+                frac_ulp_over_budget=acc.frac_over_budget, nonfinite=acc.nonfinite,
+                rms_ulp_p99=acc.rms_ulp_p99, rms_ulp_max=acc.rms_ulp_max)
 
 
 def _with_timing(row: ResultRow, res: TimingResult) -> ResultRow:

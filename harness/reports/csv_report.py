@@ -22,10 +22,15 @@ REPORT_SCHEMA_VERSION = 1
 
 IDENTITY = ("matrix", "case_id", "path", "mode", "M", "N", "K", "group_size", "seed", "kind",
             "tags", "role")
-#: Metrics shown for both sides of a comparison.
+#: Metrics shown for both sides of a comparison (rms_ulp_p99 is the gated ULP figure;
+#: the per-element max_ulp / p99_ulp follow as detail).
 COMPARED = ("status", "dispatch_path", "time_us_median", "n_samples", "tflops", "pct_roofline",
-            "rel_err", "max_ulp", "p99_ulp", "nonfinite", "correction_overhead_pct",
-            "extra_bytes", "ppl")
+            "rel_err", "rms_ulp_p99", "rms_ulp_max", "max_ulp", "p99_ulp", "nonfinite",
+            "correction_overhead_pct", "extra_bytes", "ppl")
+#: The gate's columns after the metrics, in order.
+GATE_COLUMNS = ("delta_time_pct", "p_value", "threshold_pct", "noise_margin_pct", "delta_rel_err",
+                "delta_rms_ulp_p99", "delta_max_ulp", "delta_p99_ulp", "ppl_drift_vs_baseline",
+                "remeasured")
 
 
 def _gate_columns(v: RowVerdict) -> dict:
@@ -35,7 +40,8 @@ def _gate_columns(v: RowVerdict) -> dict:
     return {
         "delta_time_pct": pct(v.time_change), "p_value": v.p_value,
         "threshold_pct": pct(v.threshold), "noise_margin_pct": pct(v.margin),
-        "delta_rel_err": v.delta_rel_err, "delta_max_ulp": v.delta_max_ulp,
+        "delta_rel_err": v.delta_rel_err, "delta_rms_ulp_p99": v.delta_rms_ulp_p99,
+        "delta_max_ulp": v.delta_max_ulp,
         "delta_p99_ulp": v.delta_p99_ulp, "ppl_drift_vs_baseline": v.ppl_drift,
         "remeasured": v.remeasured,
     }
@@ -68,9 +74,7 @@ def report_frame(result: GateResult):
 
     metrics = [c for c in column_names() if c not in IDENTITY and c != "samples_us"]
     cols = (["report_schema_version", "verdict", "fails", "reasons", *IDENTITY, *metrics]
-            + [f"baseline_{c}" for c in COMPARED]
-            + ["delta_time_pct", "p_value", "threshold_pct", "noise_margin_pct", "delta_rel_err",
-               "delta_max_ulp", "delta_p99_ulp", "ppl_drift_vs_baseline", "remeasured"])
+            + [f"baseline_{c}" for c in COMPARED] + list(GATE_COLUMNS))
     return pd.DataFrame(report_records(result), columns=cols)
 
 
@@ -95,9 +99,7 @@ def side_by_side_frame(result: GateResult, labels: Sequence[str] = ("A", "B")):
         rec.update(_gate_columns(v))
         records.append(rec)
     cols = (["report_schema_version", "verdict", "fails", "reasons", *IDENTITY]
-            + [f"{side}_{c}" for c in COMPARED for side in (la, lb)]
-            + ["delta_time_pct", "p_value", "threshold_pct", "noise_margin_pct", "delta_rel_err",
-               "delta_max_ulp", "delta_p99_ulp", "ppl_drift_vs_baseline", "remeasured"])
+            + [f"{side}_{c}" for c in COMPARED for side in (la, lb)] + list(GATE_COLUMNS))
     return pd.DataFrame(records, columns=cols)
 
 

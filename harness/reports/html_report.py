@@ -13,7 +13,7 @@ import math
 from collections.abc import Sequence
 
 from .crossover import crossover, crossover_frame, dispatch_rule
-from .environment import Environment
+from .environment import Environment, is_env_note
 from .gate import GateResult, RowVerdict, Verdict
 from .markdown import summary_line
 from .plots import Plot, all_plots
@@ -21,7 +21,7 @@ from .schema import ResultRow
 
 VERDICT_COLOURS = {
     Verdict.SLOWER: "#f8c4c4", Verdict.WORSE_ACCURACY: "#f4a6a6", Verdict.LOST_DISPATCH: "#f6b98a",
-    Verdict.NONDETERMINISTIC: "#f4b6d2",
+    Verdict.LESS_ACCURATE: "#f7c6a3", Verdict.NONDETERMINISTIC: "#f4b6d2",
     Verdict.MISSING: "#e8c4f0", Verdict.ERROR: "#e89090", Verdict.AMBIGUOUS: "#fbe7a1",
     Verdict.FASTER: "#c6efce", Verdict.NEW: "#d6e6fa", Verdict.SAME: "#f2f2f2",
 }
@@ -32,6 +32,7 @@ body { font-family: -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-se
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 18px; margin-top: 32px;
      border-bottom: 1px solid #ddd; padding-bottom: 4px; } h3 { font-size: 15px; }
 .meta { color: #555; font-size: 13px; margin: 2px 0; }
+.envwarn { color: #8a5300; }
 .banner { padding: 10px 14px; border-radius: 6px; font-weight: 600; margin: 12px 0; }
 .banner.pass { background: #c6efce; color: #0b5d1e; } .banner.fail { background: #f8c4c4; color: #8a1010; }
 .badges span { display: inline-block; padding: 3px 9px; margin: 2px 4px 2px 0; border-radius: 10px;
@@ -76,8 +77,11 @@ def _verdict_frame(verdicts: Sequence[RowVerdict]):
             "TFLOPS": cur.tflops if cur else math.nan,
             "% roof": cur.pct_roofline if cur else math.nan,
             "rel_err": cur.rel_err if cur else math.nan,
-            "max ULP": cur.max_ulp if cur else math.nan,
-            "p99 ULP": cur.p99_ulp if cur else math.nan,
+            # the gated ULP figure first; the per-element ones (dominated by outputs near
+            # zero) as detail
+            "rms ULP p99": cur.rms_ulp_p99 if cur else math.nan,
+            "elem. p99 ULP": cur.p99_ulp if cur else math.nan,
+            "elem. max ULP": cur.max_ulp if cur else math.nan,
             "reason": "; ".join(v.reasons),
         })
     return pd.DataFrame(recs)
@@ -111,8 +115,8 @@ def _styled_table(frame, uuid: str) -> str:
         "µs": lambda x: _fmt(x, ".2f"), "base µs": lambda x: _fmt(x, ".2f"),
         "Δ time %": lambda x: _fmt(x, "+.1f"), "p": lambda x: _fmt(x, ".2g"),
         "TFLOPS": lambda x: _fmt(x, ".3g"), "% roof": lambda x: _fmt(x, ".3g"),
-        "rel_err": lambda x: _fmt(x, ".2e"), "max ULP": lambda x: _fmt(x, ".0f"),
-        "p99 ULP": lambda x: _fmt(x, ".1f"),
+        "rel_err": lambda x: _fmt(x, ".2e"), "rms ULP p99": lambda x: _fmt(x, ".2f"),
+        "elem. p99 ULP": lambda x: _fmt(x, ".1f"), "elem. max ULP": lambda x: _fmt(x, ".0f"),
     }, escape="html")
     styler = styler.apply(_delta_style, axis=1)
     styler = styler.set_td_classes(frame.map(lambda _: "").assign(reason="reason"))
@@ -182,8 +186,12 @@ def render_html(
         meta.append("No baseline: every row is NEW; only absolute accuracy checks can fail.")
     meta.append(f"Preset <b>{esc(s.preset)}</b> ({esc(s.source)}): Mann-Whitney α={s.alpha:g}, "
                 f"min effect {s.min_effect:.1%}, noise floor {s.noise_margin_floor:.1%}, rel_err gate "
-                f"{s.rel_err_gate:g}, ULP tolerance max({s.ulp_tolerance:g}, {s.ulp_rel_tolerance:.1%} of the baseline's), PPL tolerance {s.ppl_drift_tolerance:.1%}")
-    meta += [esc(n) for n in (*result.notes, *extra_notes)]
+                f"{s.rel_err_gate:g} (or the path's bound), PPL tolerance {s.ppl_drift_tolerance:.1%}; "
+                f"LESS_ACCURATE against the baseline: rel_err growth beyond {s.rel_err_growth:.0%}, or "
+                f"rms ULP p99 (ULPs at each output row's RMS) beyond the baseline's + "
+                f"max({s.rms_ulp_slack:g}, {s.rms_ulp_growth:.0%} of it); per-element ULPs are detail")
+    meta += [f'<b class="envwarn">⚠ {esc(n)}</b>' if is_env_note(n) else esc(n)
+             for n in (*result.notes, *extra_notes)]
     banner_cls = "pass" if result.passed else "fail"
     flagged = [v for v in result.verdicts if v.fails or v.verdict == Verdict.AMBIGUOUS]
     regress = (_styled_table(_verdict_frame(flagged), "regressions") if flagged

@@ -7,10 +7,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from .environment import Environment, is_env_note
 from .gate import GateResult, RowVerdict, Verdict
 
 _ICON = {Verdict.SLOWER: "🐢", Verdict.FASTER: "🚀", Verdict.WORSE_ACCURACY: "🎯",
-         Verdict.NONDETERMINISTIC: "🎲", Verdict.LOST_DISPATCH: "↪️", Verdict.MISSING: "❓", Verdict.ERROR: "💥",
+         Verdict.LESS_ACCURATE: "📉", Verdict.NONDETERMINISTIC: "🎲", Verdict.LOST_DISPATCH: "↪️", Verdict.MISSING: "❓", Verdict.ERROR: "💥",
          Verdict.AMBIGUOUS: "〰️", Verdict.NEW: "🆕", Verdict.SAME: "="}
 
 
@@ -74,18 +75,30 @@ def _md_table(rows: Sequence[RowVerdict], limit: int) -> list[str]:
 
 def markdown_summary(
     result: GateResult, *, title: str = "INT4 GEMM gate", rule: Sequence[tuple[str, str]] = (),
-    report_path: str = "", max_rows: int = 15,
+    report_path: str = "", max_rows: int = 15, current_env: Environment | None = None,
+    baseline_env: Environment | None = None,
 ) -> str:
-    """A short Markdown summary: status, counts, regressions, improvements, ambiguities."""
+    """A short Markdown summary: status, counts, regressions, improvements, ambiguities.
+
+    The header names the environments (when given) and the environment warnings
+    (``environment.ENV_NOTE_PREFIX`` notes); the other notes close the summary."""
     failed = result.failures
     head = "✅ no regressions" if not failed else f"❌ {len(failed)} regression(s)"
     versus = (f"`{result.current_label}` vs `{result.baseline_label}`" if result.has_baseline
               else f"`{result.current_label}` (no baseline)")
     lines = [f"### {title}: {head}", "", versus + "  ", summary_line(result), ""]
+    envs = [(label, env) for label, env in (("Run", current_env), ("Baseline", baseline_env)) if env]
+    if envs:
+        lines += [f"{label}: {env.summary()}  " for label, env in envs] + [""]
+    env_notes = [n for n in result.notes if is_env_note(n)]
+    if env_notes:
+        lines += [f"⚠️ {n}  " for n in env_notes] + [""]
     s = result.settings
     lines.append(f"Preset `{s.preset}`: slower/faster needs Mann-Whitney p < {s.alpha:g} and a median "
                  f"change beyond max({s.min_effect:.0%}, per-case noise margin); rel_err gate "
-                 f"{s.rel_err_gate:g}, ULP tolerance max({s.ulp_tolerance:g}, {s.ulp_rel_tolerance:.1%} of the baseline's).")
+                 f"{s.rel_err_gate:g} (or the path's bound); LESS_ACCURATE when rel_err grows more than "
+                 f"{s.rel_err_growth:.0%} or rms_ulp_p99 (ULPs at each output row's RMS) more than "
+                 f"max({s.rms_ulp_slack:g} ULP, {s.rms_ulp_growth:.0%}) over the baseline's.")
     lines.append("")
     if failed:
         lines += ["**Regressions**", ""] + _md_table(failed, max_rows) + [""]
@@ -102,7 +115,8 @@ def markdown_summary(
                   "supports)</summary>", ""]
         lines += [f"- {label}: {text}" for label, text in rule] + ["", "</details>", ""]
     for note in result.notes:
-        lines.append(f"_{note}_  ")
+        if not is_env_note(note):
+            lines.append(f"_{note}_  ")
     if report_path:
         lines.append(f"Full report: `{report_path}`")
     return "\n".join(lines).rstrip() + "\n"

@@ -127,10 +127,12 @@ def roofline_pct_plot(rows: Sequence[ResultRow]) -> Plot:
 
 
 def ulp_plot(rows: Sequence[ResultRow]) -> Plot:
-    key, title = "ulp", "ULP error per case (max: circles, p99: crosses)"
+    key = "ulp"
+    title = ("ULP error per case (circles: p99 in ULPs at each output row's RMS, the gated figure; "
+             "crosses: per-element p99, detail)")
     seen: dict[tuple, ResultRow] = {}
     for r in _timed(rows):
-        if _finite(r.max_ulp) or _finite(r.p99_ulp):
+        if _finite(r.rms_ulp_p99) or _finite(r.p99_ulp):
             seen.setdefault((r.case_id, r.path), r)
     if not seen:
         return Plot(key, title, None, "no ULP measurements in these rows")
@@ -146,10 +148,10 @@ def ulp_plot(rows: Sequence[ResultRow]) -> Plot:
     for (_, path), r in sorted(seen.items()):
         by_path[path].append(r)
     for path, pts in by_path.items():
-        ax.scatter([index[r.case_id] for r in pts], [r.max_ulp for r in pts], s=14, marker="o",
-                   color=colours[path], label=f"{path} max")
+        ax.scatter([index[r.case_id] for r in pts], [r.rms_ulp_p99 for r in pts], s=14, marker="o",
+                   color=colours[path], label=f"{path} rms p99")
         ax.scatter([index[r.case_id] for r in pts], [r.p99_ulp for r in pts], s=14, marker="x",
-                   color=colours[path], label=f"{path} p99")
+                   color=colours[path], label=f"{path} elem. p99")
     ax.set_yscale("symlog", linthresh=1.0)
     ax.set_xticks(range(len(cases)), [c for c, _ in cases], rotation=90, fontsize=6)
     ax.set_ylabel("ULP (fp16)")

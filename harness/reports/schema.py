@@ -6,9 +6,11 @@ extra verdict/delta columns). ``samples_us`` holds the kept raw timing samples,
 ';'-joined, so the gate can test distributions rather than medians.
 
 Versions: 2 added the run-to-run determinism columns (``accuracy_runs``,
-``distinct_outputs``, ``worst_*``, ``nondeterminism_note``). Rows of version 1 still read:
-the added columns take the values in ``ADDED_IN_2`` (``accuracy_runs`` 0 = not measured)
-and the row is upgraded to the current version in memory.
+``distinct_outputs``, ``worst_*``, ``nondeterminism_note``); 3 added the scale-aware ULP
+columns ``rms_ulp_p99`` and ``rms_ulp_max`` (``harness.measure.accuracy``). Rows of older
+versions still read: the columns added since take the values in ``ADDED_IN_2`` /
+``ADDED_IN_3`` (``accuracy_runs`` 0 = not measured, the rms ULPs NaN = not measured, which
+the gate does not compare) and the row is upgraded to the current version in memory.
 
 Status values: ``ok`` (timed and checked), ``error`` (the path raised or returned a
 non-zero code; ``error`` says why), ``unavailable`` (the path cannot run here;
@@ -21,13 +23,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-RESULT_SCHEMA_VERSION = 2
+RESULT_SCHEMA_VERSION = 3
 #: columns added in schema 2, with the value a version-1 row reads as
 ADDED_IN_2: dict[str, object] = {
     "accuracy_runs": 0, "distinct_outputs": 0, "worst_rel_err": math.nan,
     "worst_rel_fro_err": math.nan, "worst_max_ulp": math.nan, "nondeterminism_note": "",
 }
-SUPPORTED_VERSIONS = (1, 2)
+#: columns added in schema 3, with the value a version-1 or -2 row reads as
+ADDED_IN_3: dict[str, object] = {"rms_ulp_p99": math.nan, "rms_ulp_max": math.nan}
+SUPPORTED_VERSIONS = (1, 2, 3)
 STATUSES = ("ok", "error", "unavailable", "rejected")
 MODES = ("cold", "graph", "cpu", "model")
 
@@ -84,6 +88,10 @@ class ResultRow:
     mean_ulp: float = math.nan
     frac_ulp_over_budget: float = math.nan
     nonfinite: int = 0
+    # scale-aware ULPs: |out - ref| in ULPs at the RMS of the reference row (the gate's
+    # headline ULP figure; max_ulp/p99_ulp/mean_ulp above are per-element detail)
+    rms_ulp_p99: float = math.nan        # NaN: not measured (schema 1-2 rows)
+    rms_ulp_max: float = math.nan
     rel_err_bound: float = math.nan      # the bound this row is held to (harness.kernels.bounds)
     rel_err_bound_reason: str = ""       # why it differs from the fp16 gate ("" when it does not)
     # run-to-run determinism: the accuracy above is that of the most frequent output of
@@ -131,7 +139,9 @@ class ResultRow:
                 f"{', '.join(map(str, SUPPORTED_VERSIONS))})"
             )
         if version == 1:
-            d = {**ADDED_IN_2, **d, "schema_version": RESULT_SCHEMA_VERSION}
+            d = {**ADDED_IN_2, **d}
+        if version <= 2:
+            d = {**ADDED_IN_3, **d, "schema_version": RESULT_SCHEMA_VERSION}
         kwargs = {}
         for f in fields(cls):
             if f.name not in d:
@@ -173,5 +183,6 @@ def column_names() -> list[str]:
 
 
 def required_columns() -> list[str]:
-    """Columns every result CSV must have (schema-1 files lack the ``ADDED_IN_2`` ones)."""
-    return [c for c in column_names() if c not in ADDED_IN_2]
+    """Columns every result CSV must have (older files lack the ``ADDED_IN_*`` ones; a row
+    of a version that has them must carry them, which ``ResultRow.from_dict`` checks)."""
+    return [c for c in column_names() if c not in ADDED_IN_2 and c not in ADDED_IN_3]

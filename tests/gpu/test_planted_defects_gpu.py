@@ -122,16 +122,22 @@ def test_per_row_without_minus_one_is_an_error_and_lost_dispatch(gpu, accuracy_b
     assert v[keys[1]].verdict == Verdict.LOST_DISPATCH and "rc=2" in v[keys[1]].reason
 
 
-def test_fp16_accumulation_is_worse_accuracy_against_the_baseline(gpu):
+def test_fp16_accumulation_is_less_accurate_against_the_baseline(gpu):
+    """Inside Marlin's rel_err bound (emulated: rel_err 3.7e-4 -> 2.1e-3 at this shape,
+    rms-ULP p99 2.1 -> 12.6; tests/unit/test_planted_defects.py), so only the comparison
+    with the baseline row sees it: rel_err and rms_ulp_p99 growth -> LESS_ACCURATE. Should
+    the GPU's rel_err ever cross the bound, WORSE_ACCURACY wins, with the growth still listed."""
     reg = _registry("marlin_asym")
     base = _clean(gpu, reg, (MANY_GROUPS,))
     with defects.get("fp16_accumulation").plant():
         rows = _run(gpu, reg, (MANY_GROUPS,))
     key = (MANY_GROUPS.id, "marlin_asym", "cold")
     v = _record("fp16_accumulation", evaluate(rows, base, FAST), [key])
-    assert v[key].verdict == Verdict.WORSE_ACCURACY and v[key].fails, v[key].reasons
-    assert "ulp" in v[key].reason or "rel_err" in v[key].reason
-    assert rows[0].rel_err > base[0].rel_err                    # same case, same data
+    assert v[key].verdict in (Verdict.LESS_ACCURATE, Verdict.WORSE_ACCURACY) and v[key].fails, v[key].reasons
+    assert any(r.startswith("rel_err") and " grew " in r or r.startswith("rms_ulp_p99 ")
+               for r in v[key].reasons), v[key].reasons
+    assert rows[0].rel_err > base[0].rel_err * (1 + FAST.rel_err_growth)      # same case, same data
+    assert rows[0].rms_ulp_p99 > base[0].rms_ulp_p99 + FAST.rms_ulp_slack
 
 
 def test_scratch_not_regrown_breaks_the_larger_m(gpu):

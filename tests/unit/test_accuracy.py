@@ -10,7 +10,14 @@ import numpy as np
 import pytest
 import torch
 
-from harness.measure.accuracy import AccuracyStats, accuracy_stats, ulp_error, ulp_size
+from harness.measure.accuracy import (
+    AccuracyStats,
+    accuracy_stats,
+    rms_ulp_error,
+    row_rms,
+    ulp_error,
+    ulp_size,
+)
 
 F16 = np.float16
 
@@ -140,6 +147,7 @@ def test_stats_nonfinite_output_is_never_averaged(bad):
     s = accuracy_stats(out, ref)
     assert s.nonfinite == 2
     assert s.rel_err == s.rel_fro_err == s.max_ulp == s.p99_ulp == s.mean_ulp == np.inf
+    assert s.rms_ulp_p99 == s.rms_ulp_max == np.inf
     assert s.frac_over_budget == 0.02
     assert not s.passes(rel_err_gate=1e9)
 
@@ -174,6 +182,62 @@ def test_stats_bf16_and_budget():
 def test_invalid_inputs_name_the_field(call, field):
     with pytest.raises(ValueError, match="^" + field):
         call()
+
+
+# --------------------------------------------------------------------------- scale-aware ULP
+def _rms_example():
+    """3 x 4, by hand. Row 0: RMS 1, fp16 ulp(1) = 2^-10. Row 1: all zero, the subnormal
+    floor 2^-24. Row 2: RMS sqrt((2^-20 + 9 + 16) / 4) = 2.5000..., binade [2, 4): ulp 2^-9."""
+    ref = np.array([[1.0, -1.0, 1.0, -1.0],
+                    [0.0, 0.0, 0.0, 0.0],
+                    [2.0 ** -10, 0.0, 3.0, 4.0]])
+    err = np.array([[2.0 ** -10, 0.0, 0.0, -(2.0 ** -9)],     # 1 and 2 ULPs at RMS 1
+                    [0.0, 2.0 ** -24, 0.0, 0.0],               # 1 ULP of the floor
+                    [2.0 ** -10, 0.0, 0.0, 3 * 2.0 ** -9]])    # 0.5 and 3 ULPs at RMS 2.5
+    return ref, ref + err
+
+
+def test_rms_ulp_by_hand_with_a_zero_row():
+    ref, out = _rms_example()
+    assert row_rms(ref).tolist() == pytest.approx([1.0, 0.0, np.sqrt((2.0 ** -20 + 25.0) / 4)], rel=1e-15)
+    assert rms_ulp_error(out, ref).tolist() == [[1.0, 0.0, 0.0, 2.0],
+                                                [0.0, 1.0, 0.0, 0.0],
+                                                [0.5, 0.0, 0.0, 3.0]]
+    s = accuracy_stats(out, ref)
+    assert s.rms_ulp_max == 3.0
+    # sorted: seven 0s, 0.5, 1, 1, 2, 3; the 0.99 quantile sits at 10.89: 2 + 0.89 x (3 - 2)
+    assert s.rms_ulp_p99 == pytest.approx(2.89, rel=1e-12)
+    # the per-element figure divides element (2, 0)'s error by the ULP at its own 2^-10
+    # (2^-20): 1024 ULPs where the row's scale says half an ULP
+    assert s.max_ulp == 1024.0 and ulp_error(out, ref)[2, 0] == 1024.0
+
+
+def test_rms_ulp_bf16_rows_and_shapes():
+    ref = np.array([[3.0, 4.0], [0.0, 0.0]])            # RMS sqrt(12.5) = 3.54 in [2, 4): bf16 ulp 2^-6
+    out = ref + np.array([[2.0 ** -6, 2.0 ** -5], [0.0, 2.0 ** -133]])
+    assert rms_ulp_error(out, ref, "bfloat16").tolist() == [[1.0, 2.0], [0.0, 1.0]]
+    s = accuracy_stats(torch.tensor(out), torch.tensor(ref), dtype=torch.bfloat16)
+    assert s.rms_ulp_max == 2.0
+    # 1-D: one row; 3-D: rows over the last axis; 0-d: its own magnitude
+    assert rms_ulp_error([1.0, 1.0 + 2.0 ** -10], [1.0, 1.0]).tolist() == [0.0, 1.0]
+    ref3 = np.stack([ref, 2 * ref])
+    assert np.array_equal(rms_ulp_error(ref3 + 2.0 ** -6, ref3, "bfloat16")[0], rms_ulp_error(ref + 2.0 ** -6, ref, "bfloat16"))
+    assert rms_ulp_error(1.5, 1.0) == 512.0
+    with pytest.raises(ValueError, match="^out:"):
+        rms_ulp_error(np.zeros((2, 3)), np.zeros((3, 2)))
+
+
+def test_rms_ulp_of_a_correctly_rounded_output_is_small():
+    rng = np.random.default_rng(2)
+    ref = rng.standard_normal((32, 512)) * 7.0
+    ref[:, :8] *= 1e-6                                   # near-cancelling outputs
+    s = accuracy_stats(ref.astype(F16), ref)
+    # half an ULP of each element's own value: 0.5 at most up to the RMS's binade, up to 2
+    # for elements in the binades above it (this row's largest: 4-5 RMS)
+    assert s.max_ulp <= 0.5 and s.rms_ulp_p99 <= 1.0 and s.rms_ulp_max <= 2.0
+    noisy = ref + rng.standard_normal(ref.shape) * 7.0 * 2.0 ** -10       # ~1 ULP of noise
+    s = accuracy_stats(noisy, ref)
+    assert s.max_ulp > 1e4 and 1.0 < s.rms_ulp_p99 < 10.0      # per-element explodes, rms does not
 
 
 def test_stats_record_fields():

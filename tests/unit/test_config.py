@@ -58,12 +58,37 @@ def test_settings_are_frozen_and_typed():
 
 def test_a_run_stored_before_a_setting_existed_reads_with_its_old_meaning():
     d = load_settings("default").to_dict()
-    assert d["ulp_rel_tolerance"] == 0.005
-    del d["ulp_rel_tolerance"]                    # e.g. baselines/sm90/*.json of 2026-12-02
-    assert Settings.from_dict(d).ulp_rel_tolerance == 0.0
+    assert d["accuracy_runs"] == 5
+    del d["accuracy_runs"]                        # e.g. baselines/sm90/*.json of 2026-12-02
+    assert Settings.from_dict(d).accuracy_runs == 1
     del d["alpha"]
     with pytest.raises(config.ConfigError, match="lack key 'alpha'"):
         Settings.from_dict(d)
+
+
+def test_retired_ulp_settings_of_old_runs_still_load():
+    """The per-element ULP gate's keys (ulp_tolerance, ulp_rel_tolerance) are gone; a stored
+    run's settings that carry them, and lack the LESS_ACCURATE keys, still read."""
+    d = load_settings("default").to_dict()
+    for key in ("rel_err_growth", "rms_ulp_slack", "rms_ulp_growth"):
+        del d[key]
+    d.update(ulp_tolerance=2.0, ulp_rel_tolerance=0.005)          # as in baselines/sm90/*.json
+    s = Settings.from_dict(d)
+    assert not hasattr(s, "ulp_tolerance") and not hasattr(s, "ulp_rel_tolerance")
+    assert (s.rel_err_growth, s.rms_ulp_slack, s.rms_ulp_growth) == (0.10, 0.25, 0.10)
+    assert s == load_settings("default")
+
+
+def test_retired_keys_in_an_old_pyproject_are_ignored_but_refused_on_the_command_line(tmp_path):
+    p = tmp_path / "pyproject.toml"
+    p.write_text("[tool.harness.presets.default]\nulp_tolerance = 2.0\nalpha = 0.02\n"
+                 "[tool.harness.presets.ci]\nulp_rel_tolerance = 0.01\nmin_effect = 0.07\n")
+    s = load_settings("ci", pyproject=p)
+    assert s.alpha == 0.02 and s.min_effect == 0.07 and s.rel_err_growth == 0.10
+    for call in (lambda: parse_overrides(["ulp_tolerance=3"]),
+                 lambda: load_settings(overrides={"ulp_rel_tolerance": 0.01})):
+        with pytest.raises(ConfigError, match="'ulp_.*tolerance' is retired.*rel_err_growth"):
+            call()
 
 
 def test_overrides_are_coerced():

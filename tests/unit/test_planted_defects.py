@@ -10,6 +10,7 @@ are in tests/gpu/test_planted_defects_gpu.py.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -102,6 +103,59 @@ def test_accuracy_defects_fail_the_gate(name, clean):
         assert result.exit_code == 1
     again = _run(_registry("marlin_asym", "native_int4"))   # unplanted: correct again
     assert evaluate(again, clean, GATE).passed
+
+
+def _fp16_accumulation_outputs(case: GemmCase):
+    """(fp32-correction C, fp16-accumulation C, fp64 reference) on the CPU.
+
+    The planted fp16_accumulation defect is CUDA flag bit 0 (GPU only). Its numerics,
+    emulated as in docs/reliability.md §3: Marlin's symmetric C rounded to fp16, then the
+    correction added either in fp32 and rounded once (correct), or group by group with
+    one fp16 rounding per group (the defect).
+    """
+    from harness.cases.data import case_data
+    from harness.kernels.marlin_pack import marlin_pack_asymmetric
+    from harness.kernels.reference import a_group_sum, reference_fp64
+
+    d = case_data(case)
+    w, A, K, N, G = d.weight, d.A, case.K, case.N, case.group_size
+    w_sym = ((w.q.double() - 8).reshape(K // G, G, N) * w.scale.double()[:, None]).reshape(K, N)
+    c_marlin, sums = (A.double() @ w_sym).half(), a_group_sum(A, G).float()
+    delta = marlin_pack_asymmetric(w).delta.float()
+    good = (c_marlin.float() + sums @ delta).half()
+    bad = c_marlin.double()
+    for g in range(K // G):
+        bad = (bad + sums[:, g:g + 1].half().double() * delta[g:g + 1].half().double()).half().double()
+    return good, bad.half(), reference_fp64(A, w)
+
+
+def test_fp16_accumulation_signature_is_less_accurate_against_the_baseline():
+    """The GPU-only fp16_accumulation defect stays inside Marlin's rel_err bound, so no
+    absolute check sees it; against the baseline row of the same case its rel_err and
+    rms-ULP p99 grow several-fold: LESS_ACCURATE (docs/reliability.md)."""
+    from harness.kernels.bounds import rel_err_bound
+    from harness.measure.accuracy import accuracy_stats
+    from harness.measure.runner import _accuracy_fields
+    from harness.reports.schema import ResultRow
+
+    assert defects.get("fp16_accumulation").verdict == Verdict.LESS_ACCURATE.value
+    bound, _ = rel_err_bound("marlin_asym", per_row=False)
+    for case in (GemmCase(M=16, N=256, K=512, group_size=128, seed=21),        # GROUPED: 4 groups
+                 GemmCase(M=16, N=1024, K=8192, group_size=128, seed=31)):     # the GPU test's, 64
+        good, bad, ref = _fp16_accumulation_outputs(case)
+        row = ResultRow(matrix="defects", case_id=case.id, path="marlin_asym", mode="cpu", M=case.M,
+                        N=case.N, K=case.K, group_size=case.group_size, seed=case.seed,
+                        rel_err_bound=bound)
+        base = replace(row, **_accuracy_fields(accuracy_stats(good, ref)))
+        cur = replace(row, **_accuracy_fields(accuracy_stats(bad, ref)))
+        assert cur.rel_err <= bound and cur.nonfinite == 0            # inside the absolute bound
+        assert evaluate([cur], [], GATE).verdicts[0].verdict == Verdict.NEW   # no baseline: unseen
+        v = evaluate([cur], [base], GATE).verdicts[0]
+        assert v.verdict == Verdict.LESS_ACCURATE and v.fails and v.reasons[0].startswith("rel_err")
+        assert any(r.startswith("rms_ulp_p99") for r in v.reasons), v.reasons   # both rules fire
+        assert cur.rms_ulp_p99 > 1.5 * base.rms_ulp_p99 and v.delta_rms_ulp_p99 > 1.0
+        again = replace(row, **_accuracy_fields(accuracy_stats(good, ref)))
+        assert evaluate([again], [base], GATE).verdicts[0].verdict == Verdict.SAME
 
 
 def test_packer_defect_lives_in_the_packed_codes():

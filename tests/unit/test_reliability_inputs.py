@@ -386,17 +386,19 @@ def test_wrong_arch_is_skipped_and_force_records_the_real_arch(tmp_path, commit,
     out = capsys.readouterr().out
     assert "--force: running on sm89 (expected sm90); rows record sm89" in out
     got = read_rows(tmp_path / "r" / commit / "sm89" / "smoke.csv")
-    assert [r.arch for r in got] == ["sm89"] and not (tmp_path / "r" / commit / "sm90").exists()
+    # one row per timing mode: cpu on a CPU, cold and graph on a GPU
+    assert got and {r.arch for r in got} == {"sm89"}
+    assert not (tmp_path / "r" / commit / "sm90").exists()
     assert read_meta(tmp_path / "r" / commit / "sm89" / "smoke.json").arch == "sm89"
 
 
 def test_a_schema_1_csv_still_reads_with_the_determinism_columns_unmeasured(tmp_path, rows):
     """Schema 2 added the run-to-run columns; a stored schema-1 CSV (every committed
     baseline before them) reads, upgraded, with accuracy_runs 0 (= not measured)."""
-    from harness.reports.schema import ADDED_IN_2, RESULT_SCHEMA_VERSION
+    from harness.reports.schema import ADDED_IN_2, ADDED_IN_3, RESULT_SCHEMA_VERSION
 
     table = list(csv.reader(io.StringIO(rows_to_csv_text(rows))))
-    keep = [i for i, c in enumerate(table[0]) if c not in ADDED_IN_2]
+    keep = [i for i, c in enumerate(table[0]) if c not in ADDED_IN_2 and c not in ADDED_IN_3]
     v = table[0].index("schema_version")
     table = [table[0]] + [[("1" if i == v else c) for i, c in enumerate(r)] for r in table[1:]]
     buf = io.StringIO()
@@ -411,3 +413,51 @@ def test_a_schema_1_csv_still_reads_with_the_determinism_columns_unmeasured(tmp_
     path.write_text(_edit_csv(rows_to_csv_text(rows), "accuracy_runs", None))
     with pytest.raises(SchemaError, match="missing column 'accuracy_runs'"):
         read_rows(path)
+
+
+def test_a_schema_2_csv_reads_with_the_rms_ulp_columns_unmeasured(tmp_path, rows):
+    """Schema 3 added rms_ulp_p99 / rms_ulp_max; a schema-2 CSV (the committed baselines)
+    reads them as NaN, which the gate does not compare (LESS_ACCURATE then rests on rel_err)."""
+    from harness.reports.schema import ADDED_IN_3, RESULT_SCHEMA_VERSION
+
+    assert RESULT_SCHEMA_VERSION == 3 and set(ADDED_IN_3) == {"rms_ulp_p99", "rms_ulp_max"}
+    text = rows_to_csv_text(rows)
+    for column in ADDED_IN_3:
+        text = _edit_csv(text, column, None)
+    table = list(csv.reader(io.StringIO(text)))
+    v = table[0].index("schema_version")
+    table = [table[0]] + [[("2" if i == v else c) for i, c in enumerate(r)] for r in table[1:]]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(table)
+    path = tmp_path / "v2.csv"
+    path.write_text(buf.getvalue())
+    old = read_rows(path)
+    assert len(old) == len(rows) and all(r.schema_version == RESULT_SCHEMA_VERSION for r in old)
+    assert all(math.isnan(r.rms_ulp_p99) and math.isnan(r.rms_ulp_max) for r in old)
+    assert [r.accuracy_runs for r in old] == [r.accuracy_runs for r in rows]
+    # gated against it: rms ULPs not compared, rel_err still is
+    worse_rms = [replace(r, rms_ulp_p99=r.rms_ulp_p99 + 50) for r in rows]
+    result = evaluate(worse_rms, old, S)
+    assert result.passed and not any("rms_ulp" in x for v in result.verdicts for x in v.reasons)
+    tripled = [replace(r, rel_err=r.rel_err * 3) if r.path == "native_int4" else r for r in rows]
+    less = evaluate(tripled, old, S).of(Verdict.LESS_ACCURATE)
+    assert less and {v.path for v in less} == {"native_int4"}
+    # a schema-3 file must carry them
+    path.write_text(_edit_csv(rows_to_csv_text(rows), "rms_ulp_p99", None))
+    with pytest.raises(SchemaError, match="missing column 'rms_ulp_p99'"):
+        read_rows(path)
+
+
+def test_the_committed_baselines_still_read_and_gate_against_themselves():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "baselines" / "sm90"
+    paths = sorted(root.glob("*.csv"))
+    assert paths
+    for csv_path in paths:
+        got = read_rows(csv_path)
+        header = csv_path.read_text().splitlines()[0].split(",")
+        if "rms_ulp_p99" not in header:                     # written before schema 3
+            assert all(math.isnan(r.rms_ulp_p99) and math.isnan(r.rms_ulp_max) for r in got)
+        result = evaluate(got, got, S)
+        assert not result.of(Verdict.LESS_ACCURATE) and not result.of(Verdict.WORSE_ACCURACY), csv_path.name
