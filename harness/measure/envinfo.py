@@ -1,11 +1,15 @@
 """The environment a run was measured in, the arch label, and the SM clock (NVML).
 
-``environment(device)`` returns a flat dict (GPU name, compute capability, driver, CUDA,
-torch, optimum-quanto version, git commit with '-dirty', python, hostname) written into
-every run's metadata JSON (keys named as ``harness.reports.environment.Environment``'s
-fields: gpu_name, compute_capability, driver, cuda, torch, quanto, commit, python, host,
-platform, date; the rest land in its ``extra``) and into pytest-benchmark's machine_info.
-Missing facts are ``None`` with the reason under ``notes``; nothing is guessed.
+``environment(device)`` returns a flat dict (GPU name and uuid, compute capability, driver,
+CUDA, torch, optimum-quanto version, git commit with '-dirty', python, hostname, the
+machine's boot id and, through NVML, the max and application/default SM clocks and the
+power limit) written into every run's metadata JSON (keys named as
+``harness.reports.environment.Environment``'s fields: gpu_name, gpu_uuid,
+compute_capability, driver, cuda, torch, quanto, commit, python, host, boot_id,
+sm_clock_max_mhz, sm_clock_app_mhz, sm_clock_default_mhz, power_limit_w, platform, date;
+the rest land in its ``extra``) and into pytest-benchmark's machine_info. Unknown facts
+are "" (never an error), with the reason under ``notes`` where there is one; nothing is
+guessed.
 """
 
 from __future__ import annotations
@@ -135,6 +139,54 @@ def _driver_version() -> tuple[str | None, str]:
     return None, f"driver version unknown ({nvml_note}; nvidia-smi unavailable)"
 
 
+def _boot_id(path: str = "/proc/sys/kernel/random/boot_id") -> str:
+    """This boot of this machine (Linux); "" where unreadable."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def _number(value) -> str:
+    """An NVML number as a string ('1980', '700'); "" for nothing."""
+    if value is None:
+        return ""
+    value = float(value)
+    return f"{value:g}" if math.isfinite(value) else ""
+
+
+def nvml_facts(device: torch.device | str) -> tuple[dict[str, str], str]:
+    """Max SM clock, application and default application SM clocks (MHz), power limit (W).
+
+    Each is read on its own; an unreadable one (no pynvml, no permission, not supported
+    on this GPU) is "" and the first reason is returned as the note.
+    """
+    device = torch.device(device)
+    facts = dict.fromkeys(("sm_clock_max_mhz", "sm_clock_app_mhz", "sm_clock_default_mhz",
+                           "power_limit_w"), "")
+    if device.type != "cuda":
+        return facts, ""
+    try:
+        nv = _nvml()
+        handle = _nvml_handle(device)
+    except Exception as exc:
+        return facts, f"clocks and power limit not recorded: {exc}"
+    reads = {
+        "sm_clock_max_mhz": lambda: nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_SM),
+        "sm_clock_app_mhz": lambda: nv.nvmlDeviceGetApplicationsClock(handle, nv.NVML_CLOCK_SM),
+        "sm_clock_default_mhz": lambda: nv.nvmlDeviceGetDefaultApplicationsClock(handle, nv.NVML_CLOCK_SM),
+        "power_limit_w": lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0,
+    }
+    notes = []
+    for key, read in reads.items():
+        try:
+            facts[key] = _number(read())
+        except Exception as exc:  # pynvml raises its own NVMLError subclasses
+            notes.append(f"{key} not recorded: {exc}")
+    return facts, notes[0] if notes else ""
+
+
 def environment(device: torch.device | str) -> dict:
     """Flat, JSON-ready description of the machine and software a run measured."""
     device = torch.device(device)
@@ -142,21 +194,23 @@ def environment(device: torch.device | str) -> dict:
     env = {
         "arch": arch_label(device),
         "device_type": device.type,
-        "gpu_name": None,
-        "compute_capability": None,
-        "driver": None,
-        "cuda": torch.version.cuda,
+        "gpu_name": "",
+        "gpu_uuid": "",
+        "compute_capability": "",
+        "driver": "",
+        "cuda": torch.version.cuda or "",
         "torch": torch.__version__,
-        "quanto": _version("optimum-quanto"),
+        "quanto": _version("optimum-quanto") or "",
         "harness": _version("int4-gemm-harness"),
         "numpy": _version("numpy"),
         "commit": git_commit(),
         "python": platform.python_version(),
         "host": socket.gethostname(),
+        "boot_id": _boot_id(),
         "platform": platform.platform(),
         "cpu": platform.processor() or platform.machine(),
     }
-    if env["quanto"] is None:
+    if not env["quanto"]:
         notes.append("optimum-quanto is not installed")
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -166,9 +220,15 @@ def environment(device: torch.device | str) -> dict:
         env["gpu_uuid"] = str(getattr(props, "uuid", "") or "")   # which physical GPU
         env["l2_cache_bytes"] = int(props.L2_cache_size)
         env["total_memory_bytes"] = int(props.total_memory)
-        env["driver"], note = _driver_version()
+        driver, note = _driver_version()
+        env["driver"] = driver or ""
         if note:
             notes.append(note)
+    facts, note = nvml_facts(device)
+    env.update(facts)
+    if note:
+        notes.append(note)
+    if device.type == "cuda":
         reader = sm_clock_reader(device)
         mhz, note = reader() if reader else (math.nan, "")
         env["sm_clock_mhz_at_start"] = None if math.isnan(mhz) else mhz

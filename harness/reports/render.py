@@ -42,7 +42,8 @@ def write_reports(
     html_path = atomic_write_text(out / f"{stem}.html", page)
     cur_rows = rows if rows is not None else [v.current for v in result.verdicts if v.current is not None]
     rule = dispatch_rule(crossover(cur_rows, result.settings.rel_err_gate))
-    summary = markdown_summary(result, title=title, rule=rule, report_path=str(html_path))
+    summary = markdown_summary(result, title=title, rule=rule, report_path=str(html_path),
+                               current_env=current_env, baseline_env=baseline_env)
     md_path = atomic_write_text(out / f"{stem}.md", summary)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:

@@ -1,0 +1,338 @@
+"""The environment policy (``harness.reports.environment.check_environment``) and every place
+a run meets a baseline or another run: what refuses, what warns, ``--strict-env``, the
+warnings in the report header, and the facts ``envinfo.environment`` records."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+
+import pytest
+import torch
+
+from harness.cli import main
+from harness.config import load_settings
+from harness.reports.baseline import BaselineMeta, accept, calibrate, write_baseline_matrix
+from harness.reports.compare import compare
+from harness.reports.environment import (
+    ENV_NOTE_PREFIX,
+    Environment,
+    IncompatibleBaselineError,
+    check_environment,
+    measured_settings,
+)
+from harness.reports.store import RunMeta, load_run, write_run
+from harness.reports.synthetic import make_rows, resample
+
+S = load_settings("default")
+SETTINGS = S.to_dict()
+ENV = Environment(arch="sm90", gpu_name="NVIDIA H200", compute_capability="9.0", torch="2.11.0+cu130",
+                  cuda="13.0", driver="580.1", quanto="0.2.6", python="3.11.7", host="gpu-a",
+                  commit="a" * 40, gpu_uuid="GPU-aaaa", boot_id="boot-a", sm_clock_max_mhz="1980",
+                  sm_clock_app_mhz="1755", power_limit_w="700")
+DRIVER = "driver differs: baseline 580.1, this run 590.0"
+
+
+def _refused(*needles, **kw) -> str:
+    with pytest.raises(IncompatibleBaselineError) as exc:
+        check_environment(**kw)
+    msg = str(exc.value)
+    assert "\n" not in msg and msg.startswith("refusing to compare against this "), msg
+    for needle in needles:
+        assert needle in msg, (needle, msg)
+    return msg
+
+
+# --------------------------------------------------------------------------- the policy
+@pytest.mark.parametrize("change, needles", [
+    (dict(arch="sm89"), ("arch differs", "sm90", "sm89")),
+    (dict(gpu_name="NVIDIA H100 80GB HBM3"), ("GPU model differs", "NVIDIA H200", "H100")),
+])
+def test_another_arch_or_gpu_model_is_refused(change, needles):
+    _refused(*needles, base_env=ENV, cur_env=replace(ENV, **change))
+
+
+@pytest.mark.parametrize("key, value", [
+    ("warmup_ms", 50.0), ("max_case_seconds", 0.35), ("target_rel_spread", 0.005),
+    ("min_samples", 50), ("max_samples", 5000), ("accuracy_runs", 3),
+])
+def test_a_setting_that_changes_what_is_measured_is_refused(key, value):
+    cur = {**SETTINGS, key: value}
+    _refused(f"setting {key} differs", f"baseline {SETTINGS[key]}", f"this run {value}",
+             base_env=ENV, cur_env=ENV, base_settings=SETTINGS, cur_settings=cur)
+
+
+def test_timing_modes_and_cpu_threads_from_the_run_json_are_refused():
+    cold_graph = measured_settings(SETTINGS, {"modes": ["cold", "graph"], "cpu_threads": 16})
+    assert "cpu_threads" not in cold_graph          # GPU timings: the host's threads do not matter
+    graph = measured_settings(SETTINGS, {"modes": ["graph"], "cpu_threads": 32})
+    _refused("setting modes differs", "cold,graph", base_env=ENV, cur_env=ENV,
+             base_settings=cold_graph, cur_settings=graph)
+    assert check_environment(ENV, ENV, cold_graph,
+                             measured_settings(SETTINGS, {"modes": ["graph", "cold"], "cpu_threads": 32})) == []
+    cpu = replace(ENV, arch="cpu", gpu_name="")
+    one, two = (measured_settings(SETTINGS, {"modes": ["cpu"], "cpu_threads": n}) for n in (1, 2))
+    _refused("setting cpu_threads differs", "baseline 1", "this run 2", base_env=cpu, cur_env=cpu,
+             base_settings=one, cur_settings=two)
+    # harness ppl records its scoring modes under the same key: not timing modes, not compared
+    assert "modes" not in measured_settings(SETTINGS, {"modes": ["reference", "dispatch"]})
+
+
+def test_a_baseline_or_run_without_environment_is_refused():
+    _refused("no environment metadata", "re-record", base_env=Environment(), cur_env=ENV)
+    _refused("this run records no environment metadata", base_env=ENV, cur_env=Environment(commit="x"))
+
+
+@pytest.mark.parametrize("change, warning", [
+    (dict(driver="590.0"), DRIVER),
+    (dict(quanto="0.2.7"), "optimum-quanto differs: baseline 0.2.6, this run 0.2.7"),
+    (dict(torch="2.13.0+cu130"), "torch differs: baseline 2.11.0+cu130, this run 2.13.0+cu130"),
+    (dict(cuda="12.4"), "CUDA differs: baseline 13.0, this run 12.4"),
+    (dict(sm_clock_max_mhz="1755"), "max SM clock differs: baseline 1980 MHz, this run 1755 MHz"),
+    (dict(power_limit_w="600"), "power limit differs: baseline 700 W, this run 600 W"),
+])
+def test_software_clock_and_power_differences_warn_and_strict_refuses(change, warning):
+    cur = replace(ENV, **change)
+    assert check_environment(ENV, cur, SETTINGS, SETTINGS) == [warning]
+    _refused("(--strict-env)", warning, base_env=ENV, cur_env=cur, base_settings=SETTINGS,
+             cur_settings=SETTINGS, strict=True)
+
+
+def test_another_machine_of_the_same_model_and_unknown_facts_pass_silently():
+    other = replace(ENV, host="gpu-b", gpu_uuid="GPU-bbbb", boot_id="boot-b", sm_clock_app_mhz="1980",
+                    python="3.12.1", date="2027-01-01", commit="b" * 40)
+    assert check_environment(ENV, other, SETTINGS, SETTINGS, strict=True) == []
+    unknown = replace(ENV, driver="", quanto="", torch="", power_limit_w="")
+    assert check_environment(ENV, unknown, strict=True) == []
+    assert check_environment(ENV, replace(ENV, sm_clock_max_mhz="1980.0"), strict=True) == []
+
+
+def test_threshold_only_and_missing_settings_pass_silently():
+    thresholds = {**SETTINGS, "alpha": 0.05, "min_effect": 0.5, "ulp_tolerance": 9.0, "rel_err_gate": 1e-2,
+                  "noise_margin_floor": 0.2, "ppl_drift_tolerance": 0.5, "gate_eager_speed": 1,
+                  "fail_on_nondeterminism": 1, "ulp_rel_tolerance": 0.5, "rel_err_growth": 3.0,
+                  "rms_ulp_slack": 4.0, "preset": "strict", "source": "elsewhere", "overrides": ["alpha"]}
+    assert check_environment(ENV, ENV, SETTINGS, thresholds, strict=True) == []
+    old = {k: v for k, v in SETTINGS.items() if k not in ("accuracy_runs", "warmup_ms")}
+    assert check_environment(ENV, ENV, old, {**SETTINGS, "accuracy_runs": 9, "warmup_ms": 1.0}) == []
+    assert check_environment(ENV, ENV, {}, {**SETTINGS, "warmup_ms": 1.0}) == []
+
+
+def test_summary_names_the_new_facts():
+    text = ENV.summary()
+    for part in ("driver 580.1", "quanto 0.2.6", "GPU GPU-aaaa", "max 1980 MHz", "application 1755 MHz",
+                 "power limit 700 W"):
+        assert part in text, (part, text)
+    round_trip = Environment.from_dict(ENV.to_dict())
+    assert round_trip == ENV and not round_trip.extra
+
+
+# --------------------------------------------------------------------------- envinfo
+def test_environment_records_every_fact_as_a_string(monkeypatch):
+    from harness.measure import envinfo
+
+    monkeypatch.setenv("HARNESS_COMMIT", "policy")
+    env = envinfo.environment(torch.device("cpu"))
+    for key in ("gpu_name", "gpu_uuid", "driver", "cuda", "torch", "quanto", "python", "host", "boot_id",
+                "sm_clock_max_mhz", "sm_clock_app_mhz", "sm_clock_default_mhz", "power_limit_w"):
+        assert isinstance(env[key], str), (key, env[key])
+    assert env["sm_clock_max_mhz"] == env["power_limit_w"] == "" and env["torch"] == torch.__version__
+    parsed = Environment.from_dict(env)
+    assert parsed.boot_id == env["boot_id"] and parsed.arch == "cpu"
+    assert envinfo._boot_id("/nonexistent/boot_id") == ""
+
+
+def test_nvml_facts_read_each_fact_on_its_own(monkeypatch):
+    from harness.measure import envinfo
+
+    class FakeNvml:
+        NVML_CLOCK_SM = 1
+
+        def nvmlDeviceGetMaxClockInfo(self, handle, clock):
+            return 1980
+
+        def nvmlDeviceGetApplicationsClock(self, handle, clock):
+            raise RuntimeError("Not Supported")
+
+        def nvmlDeviceGetDefaultApplicationsClock(self, handle, clock):
+            return 1755
+
+        def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+            return 700000
+
+    monkeypatch.setattr(envinfo, "_nvml", lambda: FakeNvml())
+    monkeypatch.setattr(envinfo, "_nvml_handle", lambda device: object())
+    facts, note = envinfo.nvml_facts(torch.device("cuda", 0))
+    assert facts == {"sm_clock_max_mhz": "1980", "sm_clock_app_mhz": "", "sm_clock_default_mhz": "1755",
+                     "power_limit_w": "700"}
+    assert "sm_clock_app_mhz" in note and "Not Supported" in note
+
+    def no_nvml():
+        raise RuntimeError("pynvml (nvidia-ml-py) is not installed")
+
+    monkeypatch.setattr(envinfo, "_nvml", no_nvml)
+    facts, note = envinfo.nvml_facts(torch.device("cuda", 0))
+    assert set(facts.values()) == {""} and "not installed" in note
+
+
+# --------------------------------------------------------------------------- stored runs
+def _run(tmp_path, name, env=ENV, settings=SETTINGS, modes=("graph",), factor=None, seed=1):
+    rows = resample(make_rows(ms=(1, 16)), seed, factor=factor or {})
+    meta = RunMeta(matrix="synthetic", commit=env.commit, arch=env.arch, environment=env,
+                   settings=settings, extra={"modes": list(modes)})
+    write_run(tmp_path / name, rows, meta)
+    return tmp_path / name
+
+
+@pytest.fixture()
+def stored(tmp_path):
+    """A baseline accepted from r0 (driver 580.1) and a run r1 measured with driver 590.0."""
+    accept(load_run(_run(tmp_path, "r0")), tmp_path / "baselines", S, echo=lambda s: None)
+    _run(tmp_path, "r1", env=replace(ENV, driver="590.0", commit="b" * 40), seed=2)
+    return tmp_path
+
+
+def _report(tmp_path, run, *extra):
+    return main(["report", str(tmp_path / run), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / f"rep-{run}"), *extra])
+
+
+def test_report_warns_on_the_terminal_and_in_the_report_header(stored, capsys):
+    assert _report(stored, "r1") == 0
+    err = capsys.readouterr().err
+    assert f"harness report: {ENV_NOTE_PREFIX}{DRIVER}" in err.splitlines()
+    html = (stored / "rep-r1" / "report.html").read_text()
+    md = (stored / "rep-r1" / "report.md").read_text()
+    assert ENV_NOTE_PREFIX + DRIVER in html and ENV_NOTE_PREFIX + DRIVER in md
+    assert html.index(DRIVER) < html.index('id="regressions"')           # in the header
+    assert md.index(DRIVER) < md.index("Preset `")                        # before the settings line
+    assert "driver 590.0" in md and "power limit 700 W" in html            # the environment summaries
+
+
+def test_report_strict_env_refuses_a_driver_mismatch_with_one_line(stored, capsys):
+    assert _report(stored, "r1", "--strict-env") == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert err.count("\n") == 0, err
+    assert err.startswith("harness report: error: refusing to compare against this baseline (--strict-env)")
+    assert DRIVER in err and not (stored / "rep-r1").exists()
+
+
+def test_report_refuses_a_changed_stop_rule_but_not_a_changed_threshold(stored, capsys):
+    _run(stored, "slow", settings={**SETTINGS, "max_case_seconds": 0.35}, seed=3)
+    assert _report(stored, "slow") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "setting max_case_seconds differs: baseline 2.0, this run 0.35" in err
+    _run(stored, "modes", modes=("cold", "graph"), seed=3)
+    assert _report(stored, "modes") == 2
+    assert "setting modes differs: baseline graph, this run cold,graph" in capsys.readouterr().err
+    _run(stored, "judged", settings={**SETTINGS, "min_effect": 0.5, "alpha": 0.05, "rel_err_growth": 2.0},
+         seed=3)
+    assert _report(stored, "judged", "--strict-env") == 0
+    assert "refusing" not in capsys.readouterr().err
+
+
+def test_report_refuses_a_baseline_without_environment(tmp_path, capsys):
+    rows = make_rows(ms=(1, 16))
+    write_baseline_matrix(tmp_path / "baselines" / "sm90", rows,
+                          BaselineMeta("synthetic", "sm90", Environment(), rows_sha256="", settings=SETTINGS))
+    _run(tmp_path, "r1")
+    assert _report(tmp_path, "r1") == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no environment metadata" in err and "re-record" in err
+
+
+def test_accept_warns_keeps_the_diff_and_records_modes(stored):
+    out: list[str] = []
+    accept(load_run(stored / "r1"), stored / "baselines", S, echo=out.append)
+    assert (f"harness baseline accept: synthetic: {ENV_NOTE_PREFIX}driver differs: previous baseline "
+            "580.1, this run 590.0") in out
+    assert any("changes against the previous baseline" in line for line in out)
+    meta = json.loads((stored / "baselines" / "sm90" / "synthetic.json").read_text())
+    assert meta["settings"]["modes"] == ["graph"] and meta["environment"]["driver"] == "590.0"
+    out.clear()
+    accept(load_run(_run(stored, "slow", settings={**SETTINGS, "warmup_ms": 10.0})), stored / "baselines",
+           S, echo=out.append)
+    text = "\n".join(out)
+    assert "setting warmup_ms differs" in text and "replacing it without a diff" in text
+    assert "changes against the previous baseline" not in text
+
+
+def test_calibrate_refuses_aa_runs_measured_with_other_settings(stored):
+    runs = [_run(stored, "aa0", seed=5), _run(stored, "aa1", seed=6, settings={**SETTINGS, "min_samples": 50})]
+    with pytest.raises(IncompatibleBaselineError, match="setting min_samples differs"):
+        calibrate(runs, stored / "baselines", S, echo=lambda s: None)
+
+
+def test_compare_two_machines_of_one_model_warns_and_strict_refuses(tmp_path, capsys):
+    a = _run(tmp_path, "a")
+    b = _run(tmp_path, "b", env=replace(ENV, driver="590.0", host="gpu-b", gpu_uuid="GPU-bbbb",
+                                        boot_id="boot-b", commit="b" * 40), seed=2)
+    out: list[str] = []
+    outcome = compare(str(a), str(b), S, work_dir=tmp_path / "o", repo=tmp_path, echo=out.append)
+    warning = "driver differs: A side (aaaaaaaaaaaa) 580.1, B side (bbbbbbbbbbbb) 590.0"
+    assert out == [f"harness compare: {ENV_NOTE_PREFIX}{warning}"]
+    assert outcome.result.notes[0] == ENV_NOTE_PREFIX + warning
+    with pytest.raises(IncompatibleBaselineError, match="--strict-env"):
+        compare(str(a), str(b), S, work_dir=tmp_path / "o", repo=tmp_path, strict_env=True)
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp"), "--strict-env"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert main(["compare", str(a), str(b), "--out", str(tmp_path / "cmp")]) in (0, 1)
+    assert warning in (tmp_path / "cmp" / "compare.md").read_text()
+    c = _run(tmp_path, "c", settings={**SETTINGS, "target_rel_spread": 0.02})
+    with pytest.raises(IncompatibleBaselineError, match="setting target_rel_spread differs"):
+        compare(str(a), str(c), S, work_dir=tmp_path / "o", repo=tmp_path, echo=lambda s: None)
+
+
+def test_ppl_gate_applies_the_policy(tmp_path):
+    from harness.model.cli import _gate
+
+    rows = make_rows(ms=(1, 16))
+    write_baseline_matrix(tmp_path / "baselines" / "sm90", rows,
+                          BaselineMeta("synthetic", "sm90", ENV, rows_sha256="", settings=SETTINGS))
+    write_run(tmp_path / "run", rows, RunMeta(matrix="synthetic", environment=ENV, settings=SETTINGS))
+
+    def gate(env, settings=S, strict=False):
+        out: list[str] = []
+        args = argparse.Namespace(baselines=str(tmp_path / "baselines"), paths=None, strict_env=strict)
+        _gate(rows, "synthetic", tmp_path / "run", args, settings, env, "sm90", echo=out.append)
+        return out
+
+    assert f"harness ppl: {ENV_NOTE_PREFIX}{DRIVER}" in gate(replace(ENV, driver="590.0"))
+    with pytest.raises(IncompatibleBaselineError, match="strict-env"):
+        gate(replace(ENV, driver="590.0"), strict=True)
+    with pytest.raises(IncompatibleBaselineError, match="setting warmup_ms differs"):
+        gate(ENV, settings=replace(S, warmup_ms=10.0))
+    assert not any(ENV_NOTE_PREFIX in line for line in gate(ENV, settings=replace(S, min_effect=0.5)))
+
+
+# --------------------------------------------------------------------------- harness bench
+FAST = {"warmup_ms": 1, "max_case_seconds": 0.03, "min_samples": 3, "max_samples": 20,
+        "target_rel_spread": 0.05}
+SET = [a for k, v in FAST.items() for a in ("--set", f"{k}={v}")]
+
+
+def test_bench_gate_warns_refuses_with_strict_env_and_on_a_changed_stop_rule(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("HARNESS_COMMIT", "policy")
+    bench = ["bench", "--cpu", "--matrix", "smoke", "--filter", "M == 1", "--paths", "native_int4",
+             "--out", str(tmp_path / "results"), "--baselines", str(tmp_path / "baselines"),
+             "--no-progress", "--overwrite", *SET, "--set", "min_effect=100"]
+    assert main(bench) == 0
+    capsys.readouterr()
+    # promote the run, then pretend the baseline was measured with another torch
+    accept(load_run(tmp_path / "results" / "policy" / "cpu"), tmp_path / "baselines", S, echo=lambda s: None)
+    meta_path = tmp_path / "baselines" / "cpu" / "smoke.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["settings"]["modes"] == ["cpu"] and meta["settings"]["cpu_threads"] == 1
+    meta["environment"]["torch"] = "0.0.1"
+    meta_path.write_text(json.dumps(meta))
+    assert main(bench) == 0
+    warning = f"torch differs: baseline 0.0.1, this run {torch.__version__}"
+    assert f"harness bench: {ENV_NOTE_PREFIX}{warning}" in capsys.readouterr().out.splitlines()
+    assert main(bench + ["--strict-env"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "(--strict-env)" in err and warning in err
+    assert main(bench + ["--set", "max_samples=30"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "setting max_samples differs: baseline 20, this run 30" in err
