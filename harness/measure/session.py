@@ -14,7 +14,13 @@ from pathlib import Path
 
 import torch
 
-from harness.reports.environment import Environment, check_compatible
+from harness.reports.environment import (
+    Environment,
+    measured_settings,
+    warning_lines,
+    with_env_warnings,
+)
+from harness.reports.gate_record import write_gate_record
 from harness.reports.schema import ResultRow
 from harness.reports.store import RunMeta, read_meta, run_dir, write_meta
 from harness.reports.writer import RowWriter
@@ -126,11 +132,12 @@ class BenchSession:
                     self.echo(f"A/A {matrix} run 1 vs {k}, rows {label}: " + aa_summary(vals))
 
     # ------------------------------------------------------------------ gate
-    def compare(self, matrix: str) -> int:
+    def compare(self, matrix: str, strict_env: bool = False) -> int:
         """Gate repetition 1 of ``matrix`` against the baseline; candidate when there is none."""
         from harness.reports.baseline import (
             BaselineMeta,
             baseline_dir,
+            check_baseline,
             load_baseline,
             write_baseline_matrix,
         )
@@ -150,14 +157,20 @@ class BenchSession:
                       f"{self.run_dir()}`)")
             # No baseline to compare with, but ERROR and WORSE_ACCURACY rows still fail.
             alone = evaluate(rows, [], self.settings, current_label=self.commit)
+            self.store_gate(matrix, alone)
             for v in alone.failures:
                 self.echo(f"harness bench: {v.verdict} {v.case_id} {v.path} {v.mode}: {v.reason}")
             return alone.exit_code
         base = load_baseline(bdir, [matrix])
-        check_compatible(base.environment, env)
+        env_warnings = check_baseline(base, env, measured_settings(
+            self.settings.to_dict(), {**self.extra, "modes": list(self.modes)}), strict=strict_env)
+        for line in warning_lines("harness bench", env_warnings):
+            self.echo(line)
         result = evaluate(rows, base.rows, self.settings, margins=base.margins,
                           remeasure=self.remeasure_hook(matrix), partial=self.partial,
                           current_label=self.commit, baseline_label=base.label)
+        result = with_env_warnings(result, env_warnings)
+        self.store_gate(matrix, result)
         try:
             from harness.reports.markdown import text_table
             self.echo(text_table(result))
@@ -167,6 +180,10 @@ class BenchSession:
         counts = {str(k): n for k, n in result.counts().items() if n}
         self.echo(f"harness bench: gate {matrix} vs {bdir}: {counts}; exit {result.exit_code}")
         return result.exit_code
+
+    def store_gate(self, matrix: str, result) -> None:
+        """Keep the gate's reading with the run (``harness.reports.gate_record``)."""
+        write_gate_record(self.run_dir() / f"{matrix}.csv", result)
 
     def remeasure_hook(self, matrix: str):
         """The gate's ``remeasure(keys)`` for ``matrix``: each key measured again, current build."""

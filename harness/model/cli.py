@@ -22,6 +22,8 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from harness.reports.environment import STRICT_ENV_HELP
+
     p = sub.add_parser("ppl", help="perplexity drift per GEMM path on the fixture or a local HF model",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--fixture", default="all", choices=("g128", "row", "all"),
@@ -42,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default="results", help="results root (default results/)")
     p.add_argument("--baselines", default="baselines", help="baselines root (default baselines/)")
     p.add_argument("--no-compare", action="store_true", help="do not gate against the baseline")
+    p.add_argument("--strict-env", action="store_true", help=STRICT_ENV_HELP)
     p.add_argument("--overwrite", action="store_true", help="replace an existing ppl.csv")
     p.add_argument("--preset", default=None, help="settings preset (gate tolerances, timing rule)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
@@ -100,11 +103,13 @@ def _gate(rows, matrix: str, run_dir: Path, args, settings, env, arch: str, echo
     from harness.reports.baseline import (
         BaselineMeta,
         baseline_dir,
+        check_baseline,
         load_baseline,
         write_baseline_matrix,
     )
-    from harness.reports.environment import check_compatible
+    from harness.reports.environment import warning_lines
     from harness.reports.gate import evaluate
+    from harness.reports.gate_record import write_gate_record
     from harness.reports.markdown import text_table
 
     bdir = baseline_dir(Path(args.baselines), arch)
@@ -114,11 +119,18 @@ def _gate(rows, matrix: str, run_dir: Path, args, settings, env, arch: str, echo
         path = write_baseline_matrix(run_dir / "candidate-baseline", rows, meta)
         echo(f"harness ppl: no baseline {bdir / (matrix + '.csv')}; wrote a CANDIDATE baseline {path} "
              f"(review it, then `harness baseline accept {run_dir}`)")
-        return 0
+        # no baseline to compare with, but ERROR and WORSE_ACCURACY rows still fail
+        alone = evaluate(rows, [], settings, current_label=env.commit or "current")
+        write_gate_record(run_dir / f"{matrix}.csv", alone)
+        return alone.exit_code
     base = load_baseline(bdir, [matrix])
-    check_compatible(base.environment, env)
+    # ppl's json records scoring modes, not timing modes: its settings alone are compared.
+    for line in warning_lines("harness ppl", check_baseline(base, env, settings.to_dict(),
+                                                            strict=args.strict_env)):
+        echo(line)
     result = evaluate(rows, base.rows, settings, margins=base.margins, partial=bool(args.paths),
                       current_label=env.commit or "current", baseline_label=str(bdir))
+    write_gate_record(run_dir / f"{matrix}.csv", result)
     echo(text_table(result))
     counts = {str(k): n for k, n in result.counts().items() if n}
     echo(f"harness ppl: gate {matrix} vs {bdir}: {counts}; exit {result.exit_code}")

@@ -19,9 +19,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import Settings
-from .environment import Environment, check_compatible, incompatibility
+from .calibration import (
+    DEFAULT_COVERAGE,
+    DEFAULT_PRIOR_DF,
+    KeySpread,
+    leave_one_machine_out,
+    machines_of,
+    medoid_rows,
+    run_identity,
+    run_medians,
+    spreads,
+)
+from .environment import (
+    Environment,
+    IncompatibleBaselineError,
+    check_environment,
+    measured_settings,
+    warning_lines,
+)
 from .schema import ResultRow, SchemaError
-from .stats import Key, median, noise_margins
+from .stats import Key, median
 from .store import (
     Run,
     atomic_write_text,
@@ -134,6 +151,32 @@ class Baseline:
         return f"baseline {env.commit[:12]}" if env.commit else f"baseline {self.directory}"
 
 
+def run_settings(run: Run, matrix: str | None = None) -> dict:
+    """The settings ``matrix`` of ``run`` was measured with (``measured_settings`` of its json:
+    settings, timing modes, CPU threads); the first matrix's when None; {} without a json."""
+    metas = run.metas
+    meta = metas.get(matrix) if matrix is not None else next(iter(metas.values()), None)
+    return measured_settings(meta.settings, meta.extra) if meta is not None else {}
+
+
+def check_baseline(
+    base: Baseline, env: Environment, settings_of: Callable[[str], Mapping] | Mapping | None = None,
+    *, strict: bool = False, what: str = "baseline",
+) -> list[str]:
+    """``check_environment`` of ``env`` against every matrix of ``base``; the warnings, once each.
+
+    ``settings_of`` gives the current settings: one dict for every matrix, or a function
+    of the matrix name (e.g. ``lambda m: run_settings(run, m)``).
+    """
+    warnings: list[str] = []
+    for name, meta in base.metas.items():
+        cur = settings_of(name) if callable(settings_of) else settings_of
+        for w in check_environment(meta.environment, env, meta.settings, cur, strict=strict, what=what):
+            if w not in warnings:
+                warnings.append(w)
+    return warnings
+
+
 def baseline_dir(root: str | Path, arch: str) -> Path:
     """``root/<arch>`` (``root`` is usually ``baselines``); ``root`` itself if it is one."""
     root = Path(root)
@@ -192,21 +235,35 @@ def run_arch(run: Run, arch: str | None = None) -> str:
     return safe_component(arch, "arch")
 
 
+def _run_name(run: Run, matrix: str) -> str:
+    """A source run named by commit, GPU uuid and date (no local path)."""
+    meta = run.metas.get(matrix)
+    ident = run_identity(meta.environment if meta else run.environment, meta.created if meta else "")
+    return ", ".join(f"{k} {v}" for k, v in ident.items() if v and k != "machine") or run.label
+
+
 def accept(
     run: Run, root: str | Path, settings: Settings, *, arch: str | None = None,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] = print, confirm: Callable[[], bool] | None = None,
 ) -> list[Path]:
     """Promote ``run`` to the baseline of its arch, printing the diff against the old one.
 
+    ``confirm()`` is asked after every diff is printed and before anything is written
+    (None: write without asking, ``harness baseline accept --yes``).
+
     Noise margins of the previous baseline are kept for the keys still present when the
-    environments are comparable (recalibrate after an environment change).
+    environments are comparable under ``check_environment`` (recalibrate after an
+    environment change: its warnings are printed); a previous baseline it refuses is
+    replaced without a diff. The baseline's settings are the run's ``run_settings`` (its
+    settings, timing modes and CPU threads), so later comparisons can check them.
     """
     from .gate import evaluate
     from .markdown import text_table
 
     arch = run_arch(run, arch)
     directory = Path(root) / arch
-    written = []
+    written: list[Path] = []
+    pending: list[tuple[list[ResultRow], BaselineMeta]] = []
     with DirLock(directory):
         for matrix in run.matrices:
             rows = [r for r in run.rows if r.matrix == matrix]
@@ -222,10 +279,15 @@ def accept(
             except SchemaError as exc:
                 echo(f"{matrix}: previous baseline unreadable ({exc}); replacing it")
             else:
-                reason = incompatibility(old_meta.environment, env)
-                if reason:
-                    echo(f"{matrix}: previous baseline not comparable ({reason}); replacing it")
-                else:
+                try:
+                    warnings = check_environment(old_meta.environment, env, old_meta.settings,
+                                                 run_settings(run, matrix), what="previous baseline")
+                except IncompatibleBaselineError as exc:
+                    warnings = None
+                    echo(f"{matrix}: {exc}; replacing it without a diff")
+                if warnings is not None:
+                    for line in warning_lines(f"harness baseline accept: {matrix}", warnings):
+                        echo(line)
                     result = evaluate(rows, old_rows, settings, margins=old_meta.noise_margins,
                                       baseline_label="old baseline", current_label=run.label)
                     echo(f"{matrix}: changes against the previous baseline:")
@@ -235,60 +297,129 @@ def accept(
                     calibration = old_meta.calibration
             meta = BaselineMeta(
                 matrix=matrix, arch=arch, environment=env, rows_sha256="", noise_margins=margins,
-                settings=dict(run.metas[matrix].settings) if matrix in run.metas else settings.to_dict(),
-                source=str(run.csv_paths[0] if len(run.csv_paths) == 1 else run.source),
+                settings=run_settings(run, matrix) if matrix in run.metas else settings.to_dict(),
+                source=_run_name(run, matrix),
                 accepted=now_iso(), calibration=calibration,
             )
+            pending.append((rows, meta))
+        if confirm is not None and not confirm():
+            echo("harness baseline accept: nothing written (not confirmed)")
+            return []
+        for rows, meta in pending:
             written.append(write_baseline_matrix(directory, rows, meta))
-            echo(f"{matrix}: baseline written to {written[-1]}")
+            echo(f"{meta.matrix}: baseline written to {written[-1]}")
     return written
 
 
-def _row_median(row: ResultRow) -> float:
-    s = row.samples()
-    return median(s) if s else row.time_us_median
-
-
-def calibrate(
-    run_paths: Sequence[str | Path], root: str | Path, settings: Settings, *,
-    arch: str | None = None, quantile: float = 95.0, echo: Callable[[str], None] = print,
-) -> dict[str, dict[Key, float]]:
-    """Noise margins from N A/A runs of one commit, stored in the baseline json(s).
-
-    Each key's margin is the ``quantile`` percentile of |relative median difference| over
-    every pair of runs, floored at ``settings.noise_margin_floor``.
-    """
+def _load_aa_runs(run_paths: Sequence[str | Path], echo: Callable[[str], None] = print) -> list[Run]:
+    """Stored A/A runs of one commit, in comparable environments (one-line errors;
+    ``check_environment``'s warnings are echoed)."""
     if len(run_paths) < 2:
         raise ValueError(f"--runs: calibration needs at least 2 A/A runs, got {len(run_paths)}")
     runs = [load_run(p) for p in run_paths]
     commits = {r.environment.commit for r in runs}
     if len(commits) > 1:
         raise ValueError("--runs: A/A calibration needs runs of one commit; got " + ", ".join(sorted(commits)))
+    warnings: list[str] = []
     for other in runs[1:]:
-        check_compatible(runs[0].environment, other.environment, what=f"A/A run {other.source}")
+        warnings += check_environment(runs[0].environment, other.environment, run_settings(runs[0]),
+                                      run_settings(other), what=f"A/A run {runs[0].source}",
+                                      current=f"A/A run {other.source}")
+    for line in warning_lines("harness baseline", dict.fromkeys(warnings)):
+        echo(line)
+    return runs
+
+
+def _calibration_info(runs: Sequence[Run], matrix: str, coverage: float, prior_df: float,
+                      floor: float, spread: Mapping[Key, KeySpread]) -> dict:
+    machines = machines_of([r.environment for r in runs])
+    margins = [s.margin for s in spread.values()]
+    return {
+        "method": "moderated log-spread, one-sided prediction bound (harness.reports.calibration)",
+        "coverage": coverage, "prior_df": prior_df, "floor": floor, "date": now_iso(),
+        "runs": len(runs), "machines": len(set(machines)),
+        "sources": [run_identity(r.environment, r.metas[matrix].created if matrix in r.metas else "")
+                    for r in runs],
+        "margin_median": median(margins) if margins else math.nan,
+        "margin_max": max(margins) if margins else math.nan,
+    }
+
+
+def _spreads_for(runs: Sequence[Run], matrix: str, settings: Settings, coverage: float,
+                 prior_df: float) -> dict[Key, KeySpread]:
+    machines = machines_of([r.environment for r in runs])
+    return spreads([run_medians(r.rows, matrix) for r in runs], machines, coverage=coverage,
+                   prior_df=prior_df, floor=settings.noise_margin_floor)
+
+
+def _say_margins(echo, matrix: str, runs: int, machines: int, spread: Mapping[Key, KeySpread]) -> None:
+    if not spread:
+        echo(f"{matrix}: no key timed in two runs; margins unchanged")
+        return
+    margins = {k: s.margin for k, s in spread.items()}
+    worst = max(margins, key=margins.get)
+    echo(f"{matrix}: {len(margins)} noise margins from {runs} runs on {machines} machine(s); "
+         f"median {median(list(margins.values())):.2%}, largest {margins[worst]:.2%} at {'/'.join(worst)}")
+
+
+def calibrate(
+    run_paths: Sequence[str | Path], root: str | Path, settings: Settings, *,
+    arch: str | None = None, coverage: float = DEFAULT_COVERAGE, prior_df: float = DEFAULT_PRIOR_DF,
+    echo: Callable[[str], None] = print,
+) -> dict[str, dict[Key, float]]:
+    """Noise margins from N A/A runs of one commit (``harness.reports.calibration``),
+    stored in the existing baseline json(s); the baseline rows are kept."""
+    runs = _load_aa_runs(run_paths, echo)
     arch = run_arch(runs[0], arch)
     directory = Path(root) / arch
     out: dict[str, dict[Key, float]] = {}
     with DirLock(directory):
         for matrix in runs[0].matrices:
             rows, meta = read_baseline_matrix(directory, matrix)
-            check_compatible(meta.environment, runs[0].environment)
-            per_run = [{r.key: _row_median(r) for r in run.rows if r.matrix == matrix and r.status == "ok"}
-                       for run in runs]
-            margins = noise_margins(per_run, settings.noise_margin_floor, quantile)
-            merged = dict(meta.noise_margins) | margins
-            info = {"runs": len(runs), "commit": next(iter(commits)), "quantile": quantile,
-                    "floor": settings.noise_margin_floor, "date": now_iso(),
-                    "sources": [str(p) for p in run_paths]}
-            write_baseline_matrix(directory, rows, replace(meta, noise_margins=merged, calibration=info))
+            warnings = check_environment(meta.environment, runs[0].environment, meta.settings,
+                                         run_settings(runs[0], matrix), current="A/A runs")
+            for line in warning_lines(f"harness baseline calibrate: {matrix}", warnings):
+                echo(line)
+            spread = _spreads_for(runs, matrix, settings, coverage, prior_df)
+            margins = {k: s.margin for k, s in spread.items()}
+            info = _calibration_info(runs, matrix, coverage, prior_df, settings.noise_margin_floor, spread)
+            write_baseline_matrix(directory, rows, replace(
+                meta, noise_margins=dict(meta.noise_margins) | margins, calibration=info))
             out[matrix] = margins
-            if margins:
-                worst = max(margins, key=margins.get)
-                echo(f"{matrix}: {len(margins)} noise margins from {len(runs)} runs; median "
-                     f"{median(list(margins.values())):.2%}, largest {margins[worst]:.2%} at {'/'.join(worst)}")
-            else:
-                echo(f"{matrix}: no key timed in two runs; margins unchanged")
+            _say_margins(echo, matrix, len(runs), info["machines"], spread)
     return out
+
+
+def record(
+    run_paths: Sequence[str | Path], root: str | Path, settings: Settings, *,
+    arch: str | None = None, coverage: float = DEFAULT_COVERAGE, prior_df: float = DEFAULT_PRIOR_DF,
+    echo: Callable[[str], None] = print,
+) -> list[Path]:
+    """A new baseline from N A/A runs of one commit: per key the medoid run's row (the run
+    whose median is nearest the runs' median) and margins from all of them. The json names
+    every source run by commit, GPU uuid, host, boot id and date."""
+    runs = _load_aa_runs(run_paths, echo)
+    arch = run_arch(runs[0], arch)
+    directory = Path(root) / arch
+    written = []
+    with DirLock(directory):
+        for matrix in runs[0].matrices:
+            per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
+            rows, _ = medoid_rows(per_run)
+            spread = _spreads_for(runs, matrix, settings, coverage, prior_df)
+            info = _calibration_info(runs, matrix, coverage, prior_df, settings.noise_margin_floor, spread)
+            first = runs[0].metas.get(matrix)
+            env = (first.environment if first else runs[0].environment).with_fallbacks(arch=arch)
+            meta = BaselineMeta(
+                matrix=matrix, arch=arch, environment=env, rows_sha256="",
+                noise_margins={k: s.margin for k, s in spread.items()},
+                settings=run_settings(runs[0], matrix) if first else settings.to_dict(),
+                source=f"{len(runs)} A/A runs of {env.commit[:12]} (calibration.sources)",
+                accepted=now_iso(), calibration=info)
+            written.append(write_baseline_matrix(directory, rows, meta))
+            _say_margins(echo, matrix, len(runs), info["machines"], spread)
+            echo(f"{matrix}: baseline written to {written[-1]}")
+    return written
 
 
 def show(directory: str | Path, echo: Callable[[str], None] = print) -> Baseline:
@@ -303,3 +434,31 @@ def show(directory: str | Path, echo: Callable[[str], None] = print) -> Baseline
                if margins else "not calibrated (min_effect alone sets the speed threshold)")
         echo(f"  {name}: {n} rows, accepted {meta.accepted or '?'} from {meta.source or '?'}; {cal}")
     return base
+
+
+def lomo_table(run_paths: Sequence[str | Path], settings: Settings, *, coverage: float,
+               prior_df: float, planted: float, modes: Sequence[str]) -> tuple[list[str], bool]:
+    """The leave-one-machine-out check as printable lines, and whether it held: no false
+    SLOWER in any held-out run and each planted slowdown caught in >= 95% of its rows with
+    no other row failing."""
+    runs = _load_aa_runs(run_paths)
+    machines = machines_of([r.environment for r in runs])
+    lines = [f"leave-one-machine-out: {len(runs)} runs on {len(set(machines))} machine(s), "
+             f"coverage {coverage}, prior_df {prior_df:g}, planted +{planted:.0%}, modes {','.join(modes)}"]
+    ok = True
+    for matrix in runs[0].matrices:
+        per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
+        held = leave_one_machine_out(per_run, machines, settings, coverage=coverage,
+                                     prior_df=prior_df, planted=planted, gate_modes=modes)
+        if not held:
+            lines.append(f"{matrix}: fewer than 3 machines' worth of runs; nothing held out")
+            ok = False
+        for h in held:
+            plants = "; ".join(f"{p} {c}/{n}" + (f" (+{o} other)" if o else "")
+                               for p, (c, n, o) in h.planted.items())
+            lines.append(f"{matrix} held out {h.machine[:24]} run {h.run}: {h.gated} rows, "
+                         f"false SLOWER {h.false_slower}, FASTER {h.faster}, worst change/threshold "
+                         f"{h.worst_ratio:.2f}; planted caught: {plants}")
+            ok &= h.false_slower == 0 and all(o == 0 and (n == 0 or c >= 0.95 * n)
+                                              for c, n, o in h.planted.values())
+    return lines, ok

@@ -9,13 +9,31 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 from ..config import load_settings, parse_overrides
+from .calibration import DEFAULT_COVERAGE, DEFAULT_PRIOR_DF
+from .environment import STRICT_ENV_HELP
 
 
 def _settings(args: argparse.Namespace):
     return load_settings(args.preset, parse_overrides(args.set))
+
+
+def _run_settings(args: argparse.Namespace, run):
+    """The settings a stored run was gated with (its json), unless --preset/--set say
+    otherwise: reading a run again gives the bench's verdicts by default."""
+    from ..config import ConfigError, Settings
+
+    if args.preset is None and not args.set:
+        stored = [m.settings for m in run.metas.values() if m.settings]
+        if stored:
+            try:
+                return Settings.from_dict(stored[0], f"{run.source} (settings)")
+            except ConfigError:
+                pass                    # an older run's settings: the current defaults
+    return _settings(args)
 
 
 def _add_settings_args(p: argparse.ArgumentParser) -> None:
@@ -50,6 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", default=None, help="output directory (default: <run dir>/report)")
     p.add_argument("--partial", action="store_true",
                    help="ignore baseline cases absent from the run (a filtered run) instead of MISSING")
+    p.add_argument("--strict-env", action="store_true", help=STRICT_ENV_HELP)
     _add_settings_args(p)
     p.set_defaults(func=_locked(run_report))
 
@@ -63,6 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", default=None, help="comma-separated timing modes passed to harness bench")
     p.add_argument("--rounds", type=int, default=3, help="interleaved runs per revision (default 3)")
     p.add_argument("--repo", default=".", help="git repository holding the revisions (default .)")
+    p.add_argument("--strict-env", action="store_true", help=STRICT_ENV_HELP)
     _add_settings_args(p)
     p.set_defaults(func=_locked(run_compare))
 
@@ -72,17 +92,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("run", help="a result CSV or results directory")
     a.add_argument("--arch", default=None, help="baseline arch (default: the run's)")
     a.add_argument("--root", default="baselines", help="baselines root (default baselines)")
+    a.add_argument("--yes", action="store_true",
+                   help="promote without asking (for CI); otherwise asks after printing the changes")
     _add_settings_args(a)
     a.set_defaults(func=_locked(run_accept))
-    c = bsub.add_parser("calibrate", help="per-case noise margins from N A/A runs of one commit")
-    c.add_argument("--runs", nargs="+", required=True, metavar="RUN", help="A/A result CSVs or directories, best from separate processes or machines "
-                   "(--repeat runs share one process and miss between-process offsets: docs/measurement.md 9.1)")
-    c.add_argument("--arch", default=None)
-    c.add_argument("--root", default="baselines")
-    c.add_argument("--quantile", type=float, default=95.0,
-                   help="percentile of |relative median difference| over run pairs (default 95)")
-    _add_settings_args(c)
-    c.set_defaults(func=_locked(run_calibrate))
+    runs_help = ("A/A result directories of one commit, from separate processes on separate "
+                 "machines (at least 4 processes on 3 machines for a baseline that must hold on a "
+                 "new machine; docs/measurement.md)")
+    for name, helptext, func in (
+        ("record", "a new baseline from N A/A runs: per case the medoid run's row, margins from all",
+         run_record),
+        ("calibrate", "replace the noise margins of the existing baseline from N A/A runs",
+         run_calibrate),
+        ("lomo", "leave-one-machine-out check of the margins that N A/A runs would give",
+         run_lomo),
+    ):
+        c = bsub.add_parser(name, help=helptext, description=helptext)
+        c.add_argument("--runs", nargs="+", required=True, metavar="RUN", help=runs_help)
+        c.add_argument("--arch", default=None)
+        c.add_argument("--root", default="baselines")
+        c.add_argument("--coverage", type=float, default=DEFAULT_COVERAGE,
+                       help="per-row probability that an unchanged build on a new machine stays "
+                            f"inside its margin (default {DEFAULT_COVERAGE})")
+        c.add_argument("--prior-df", type=float, default=DEFAULT_PRIOR_DF,
+                       help="weight, in degrees of freedom, of the class's pooled spread against a "
+                            f"row's own (default {DEFAULT_PRIOR_DF:g})")
+        if name == "lomo":
+            c.add_argument("--planted", type=float, default=0.05,
+                           help="planted slowdown checked on each held-out run (default 0.05)")
+            c.add_argument("--modes", default="graph", help="modes whose speed gates (default graph)")
+        _add_settings_args(c)
+        c.set_defaults(func=_locked(func))
     s = bsub.add_parser("show", help="print a baseline's environment, rows and margins")
     s.add_argument("--arch", default=None, help="arch (default: every arch under --root)")
     s.add_argument("--root", default="baselines")
@@ -90,32 +130,43 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from .baseline import baseline_dir, load_baseline
-    from .environment import check_compatible
-    from .gate import evaluate
+    from .baseline import baseline_dir, check_baseline, load_baseline, run_settings
+    from .environment import warning_lines, with_env_warnings
+    from .gate import evaluate, stored_remeasure
+    from .gate_record import agreement
     from .markdown import text_table
     from .render import write_reports
     from .store import load_run
 
-    settings = _settings(args)
     run = load_run(args.run)
+    settings = _run_settings(args, run)
     if not run.rows:
         raise ValueError(f"{args.run}: the run has no rows")
-    base_rows, margins, base_env, base_label = [], {}, None, "baseline"
+    base_rows, margins, base_env, base_label, env_warnings = [], {}, None, "baseline", []
     if args.baseline:
         arch = args.arch or run.environment.arch
         if not arch:
             raise ValueError(f"{args.run}: the run does not record its arch; pass --arch")
         base = load_baseline(baseline_dir(args.baseline, arch), run.matrices)
-        check_compatible(base.environment, run.environment)
+        env_warnings = check_baseline(base, run.environment, lambda m: run_settings(run, m),
+                                      strict=args.strict_env)
+        for line in warning_lines("harness report", env_warnings):
+            print(line, file=sys.stderr)
         base_rows, margins, base_env, base_label = list(base.rows), base.margins, base.environment, base.label
+    # the bench's confirmation re-measurements, stored with the run, are replayed: the
+    # same rows, baseline and settings give the verdicts the bench printed
     result = evaluate(list(run.rows), base_rows, settings, margins=margins, partial=args.partial,
+                      remeasure=stored_remeasure(run.confirmations),
                       current_label=run.label, baseline_label=base_label)
+    result = with_env_warnings(result, env_warnings)
     src = Path(args.run)
     out = Path(args.out) if args.out else (src if src.is_dir() else src.parent) / "report"
     files = write_reports(result, out, "report", rows=list(run.rows), current_env=run.environment,
                           baseline_env=base_env)
     print(text_table(result, changes_only=True))
+    same = agreement(result, run.metas) if args.baseline else None
+    if same:
+        print(f"harness report: {same}")
     print(f"wrote {files.csv}, {files.html}, {files.markdown}")
     return result.exit_code if args.baseline else 0
 
@@ -135,7 +186,7 @@ def run_compare(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("results") / "compare" / f"{_slug(args.a)}_vs_{_slug(args.b)}"
     outcome = compare(args.a, args.b, settings, work_dir=out, repo=Path(args.repo), matrix=args.matrix,
                       filter=args.filter, paths=_csv_list(args.paths), modes=_csv_list(args.mode),
-                      rounds=args.rounds)
+                      rounds=args.rounds, strict_env=args.strict_env)
     files = write_reports(outcome.result, out, "compare", title=f"compare {outcome.a.label} -> {outcome.b.label}",
                           rows=list(outcome.b_rows), labels=("A", "B"),
                           current_env=outcome.b.run.environment if outcome.b.run else None,
@@ -149,15 +200,46 @@ def run_accept(args: argparse.Namespace) -> int:
     from .baseline import accept
     from .store import load_run
 
-    accept(load_run(args.run), args.root, _settings(args), arch=args.arch)
+    accept(load_run(args.run), args.root, _settings(args), arch=args.arch,
+           confirm=None if args.yes else _ask_accept)
     return 0
+
+
+def _ask_accept() -> bool:
+    """Ask on a terminal; refuse (one line) where nobody can answer."""
+    from ..cli import HarnessError
+
+    if not sys.stdin.isatty():
+        raise HarnessError("not a terminal, so nobody can confirm the changes printed above; "
+                           "run again with --yes to promote the run")
+    return input("promote this run to the baseline? [y/N] ").strip().lower() in ("y", "yes")
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from .baseline import calibrate
 
-    calibrate(args.runs, args.root, _settings(args), arch=args.arch, quantile=args.quantile)
+    calibrate(args.runs, args.root, _settings(args), arch=args.arch, coverage=args.coverage,
+              prior_df=args.prior_df)
     return 0
+
+
+def run_record(args: argparse.Namespace) -> int:
+    from .baseline import record
+
+    record(args.runs, args.root, _settings(args), arch=args.arch, coverage=args.coverage,
+           prior_df=args.prior_df)
+    return 0
+
+
+def run_lomo(args: argparse.Namespace) -> int:
+    """Print the leave-one-machine-out table; exit 1 when a held-out run had a false alarm
+    or a planted slowdown was caught in fewer than 95% of its rows."""
+    from .baseline import lomo_table
+
+    lines, ok = lomo_table(args.runs, _settings(args), coverage=args.coverage,
+                           prior_df=args.prior_df, planted=args.planted, modes=_csv_list(args.modes))
+    print("\n".join(lines))
+    return 0 if ok else 1
 
 
 def run_show(args: argparse.Namespace) -> int:

@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..config import Settings
-from .environment import Environment, check_compatible
-from .gate import GateResult, evaluate
+from .environment import check_environment, measured_settings, warning_lines, with_env_warnings
+from .gate import GateResult, evaluate, stored_remeasure
 from .schema import ResultRow, SchemaError
 from .stats import Key, noise_margins, with_samples
 from .store import Run, load_run
@@ -152,6 +152,18 @@ def case_filter(rows: Sequence[ResultRow]) -> str:
     return " or ".join(terms)
 
 
+def stored_margins(run: Run) -> dict[Key, float]:
+    """The noise margins a baseline json carries (``noise_margins``), read as a run."""
+    out: dict[Key, float] = {}
+    for meta in run.metas.values():
+        raw = meta.extra.get("noise_margins") or {}
+        for text, value in (raw.items() if isinstance(raw, dict) else ()):
+            parts = str(text).split("|")
+            if len(parts) == 3 and isinstance(value, (int, float)):
+                out[(parts[0], parts[1], parts[2])] = float(value)
+    return out
+
+
 @dataclass(frozen=True)
 class Side:
     spec: str
@@ -169,6 +181,13 @@ class CompareOutcome:
     b: Side
 
 
+def side_settings(run: Run) -> dict:
+    """The settings a stored side was measured with (``measured_settings`` of its json);
+    {} without one, or when its matrices were measured with different settings."""
+    found = [measured_settings(m.settings, m.extra) for m in run.metas.values()]
+    return found[0] if found and all(f == found[0] for f in found) else {}
+
+
 def resolve_side(spec: str, repo: Path) -> Side:
     if Path(spec).exists():
         try:
@@ -184,16 +203,22 @@ def compare(
     a_spec: str, b_spec: str, settings: Settings, *, work_dir: Path, repo: Path = Path("."),
     matrix: str = "production", filter: str | None = None, paths: Sequence[str] = (),
     modes: Sequence[str] = (), rounds: int = 3, runner: BenchRunner = subprocess_runner,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] = print, strict_env: bool = False,
 ) -> CompareOutcome:
-    """Gate B against A (A is the baseline side). Measured rounds land in ``work_dir/runs``."""
+    """Gate B against A (A is the baseline side). Measured rounds land in ``work_dir/runs``.
+
+    The two sides go through ``environment.check_environment`` (A as the baseline):
+    refused sides raise ``IncompatibleBaselineError``; its warnings are echoed and lead
+    the result's notes (the report header). Two machines of one GPU model are allowed.
+    ``strict_env`` refuses on any warning.
+    """
     if rounds < 1:
         raise CompareError(f"--rounds must be >= 1, got {rounds}")
     a, b = resolve_side(a_spec, repo), resolve_side(b_spec, repo)
     measured = [s for s in (a, b) if s.revision]
     rounds_of: dict[str, list[list[ResultRow]]] = {"A": [], "B": []}
     margins: dict[Key, float] = {}
-    envs: dict[str, Environment] = {}
+    firsts: dict[str, Run] = {}       # a measured side's first round: its environment and settings
 
     def run_round(plan, r: int, sub: str, filt: str | None, p: Sequence[str], m: Sequence[str]):
         got = {}
@@ -219,15 +244,19 @@ def compare(
             for r in range(rounds):
                 for label, run in run_round(plan, r, f"round{r}", filter, paths, modes).items():
                     rounds_of[label].append(list(run.rows))
-                    envs.setdefault(label, run.environment)
+                    firsts.setdefault(label, run)
             for label in rounds_of:
                 for k, v in round_margins(rounds_of[label], settings.noise_margin_floor).items():
                     margins[k] = max(v, margins.get(k, 0.0))
         a_rows = pool_rows(rounds_of["A"]) if a.revision else list(a.run.rows)
         b_rows = pool_rows(rounds_of["B"]) if b.revision else list(b.run.rows)
-        env_a = a.run.environment if a.run is not None else envs["A"]
-        env_b = b.run.environment if b.run is not None else envs["B"]
-        check_compatible(env_a, env_b, what=f"A side ({a.label})")
+        run_a = a.run if a.run is not None else firsts["A"]
+        run_b = b.run if b.run is not None else firsts["B"]
+        env_warnings = check_environment(run_a.environment, run_b.environment, side_settings(run_a),
+                                         side_settings(run_b), strict=strict_env,
+                                         what=f"A side ({a.label})", current=f"B side ({b.label})")
+        for line in warning_lines("harness compare", env_warnings):
+            echo(line)
 
         remeasure = None
         if len(plan) == 2:
@@ -238,6 +267,13 @@ def compare(
                                 sorted({k[1] for k in keys}), sorted({k[2] for k in keys}))
                 return ([r for r in got["A"].rows if r.key in wanted],
                         [r for r in got["B"].rows if r.key in wanted])
+        elif b.run is not None:
+            # a stored B: replay the confirmations its bench stored (same verdicts as the bench's)
+            remeasure = stored_remeasure(b.run.confirmations)
+        if a.run is not None:
+            # a stored A that is a baseline: its calibrated noise margins apply
+            for k, v in stored_margins(a.run).items():
+                margins[k] = max(v, margins.get(k, 0.0))
 
         if len({r.matrix for r in a_rows}) == 1 and len({r.matrix for r in b_rows}) == 1:
             name = b_rows[0].matrix
@@ -247,4 +283,5 @@ def compare(
     if margins:
         result = replace(result, notes=result.notes + (
             f"noise margins from {rounds} interleaved rounds per side (A/A spread)",))
+    result = with_env_warnings(result, env_warnings)
     return CompareOutcome(result, tuple(a_rows), tuple(b_rows), a, b)

@@ -1,23 +1,34 @@
 """The regression gate: a verdict per (case, path, mode) row of a run against a baseline.
 
-Verdicts (``Verdict``): SAME, FASTER, SLOWER, AMBIGUOUS, WORSE_ACCURACY, NONDETERMINISTIC,
-LOST_DISPATCH, NEW, MISSING, ERROR. A row *fails* the gate when its verdict is in ``FAILING`` and its
-``role`` is ``path`` (peers such as tinygemm or cuBLAS are informational columns).
+Verdicts (``Verdict``): SAME, FASTER, SLOWER, AMBIGUOUS, WORSE_ACCURACY, LESS_ACCURATE,
+NONDETERMINISTIC, LOST_DISPATCH, NEW, MISSING, ERROR. A row *fails* the gate when its
+verdict is in ``FAILING`` and its ``role`` is ``path`` (peers such as tinygemm or cuBLAS
+are informational columns).
 ``GateResult.exit_code`` is 1 when any row fails, else 0; FASTER never fails and
 AMBIGUOUS (after re-measurement) does not fail either.
 
 Per row, in order: the current status (``error``/``rejected`` -> ERROR; ``unavailable``
 where the baseline was ``ok`` -> MISSING; absent where the baseline was ``ok`` ->
-MISSING; no usable baseline row -> NEW); then accuracy (rel_err over the gate, NaN/Inf,
-max/p99 ULP above the baseline's by more than the tolerance, the worst of the row's
-``accuracy_runs`` runs on identical inputs over the rel_err gate; for ``kind == "ppl"``
-rows, PPL drift against the baseline's PPL or ``|ppl_drift_vs_native|`` above
-``ppl_drift_tolerance``) -> WORSE_ACCURACY; then run-to-run variation (``distinct_outputs``
-> 1) -> NONDETERMINISTIC when the path promises identical outputs
-(``nondeterminism_note`` empty) or ``fail_on_nondeterminism`` is 1, otherwise a reason on
-the row (``RowVerdict.nondeterministic``) that does not fail; then dispatch (the baseline's dispatcher chose
-a Marlin path, the current one does not; flagged on the row of the path the baseline
-dispatched to) -> LOST_DISPATCH; then speed (``stats.speed_call``).
+MISSING; no usable baseline row -> NEW); then absolute accuracy (rel_err over the gate,
+i.e. over max(``rel_err_gate``, the path's documented bound); NaN/Inf outputs; the worst
+of the row's ``accuracy_runs`` runs on identical inputs over that bound; for
+``kind == "ppl"`` rows, PPL drift against the baseline's PPL or ``|ppl_drift_vs_native|``
+above ``ppl_drift_tolerance``) -> WORSE_ACCURACY; then accuracy against the baseline's
+row, even inside the bound -> LESS_ACCURATE when
+  * rel_err > baseline rel_err x (1 + ``rel_err_growth``), or
+  * rms_ulp_p99 > baseline rms_ulp_p99 + max(``rms_ulp_slack``, ``rms_ulp_growth`` x
+    baseline rms_ulp_p99) (ULPs at the RMS of each reference row:
+    ``harness.measure.accuracy``),
+  each compared only when both sides are finite (a baseline written before the rms_ulp
+  columns reads them as NaN: no comparison, no reason). The per-element max_ulp /
+  p99_ulp are not gated (near-zero outputs dominate them); they stay in the rows and
+  reports, with their deltas, as detail.
+Then run-to-run variation (``distinct_outputs`` > 1) -> NONDETERMINISTIC when the path
+promises identical outputs (``nondeterminism_note`` empty) or ``fail_on_nondeterminism``
+is 1, otherwise a reason on the row (``RowVerdict.nondeterministic``) that does not fail;
+then dispatch (the baseline's dispatcher chose a Marlin path, the current one does not;
+flagged on the row of the path the baseline dispatched to) -> LOST_DISPATCH; then speed
+(``stats.speed_call``).
 The first applicable verdict in ``_PRIORITY`` order wins; ``reasons`` lists them all.
 
 Extension point: ``remeasure(keys)``, supplied by the measurement engine, is called once
@@ -48,6 +59,7 @@ class Verdict(str, Enum):
     SLOWER = "SLOWER"
     AMBIGUOUS = "AMBIGUOUS"
     WORSE_ACCURACY = "WORSE_ACCURACY"
+    LESS_ACCURATE = "LESS_ACCURATE"
     NONDETERMINISTIC = "NONDETERMINISTIC"
     LOST_DISPATCH = "LOST_DISPATCH"
     NEW = "NEW"
@@ -58,10 +70,11 @@ class Verdict(str, Enum):
         return self.value
 
 
-FAILING = frozenset({Verdict.SLOWER, Verdict.WORSE_ACCURACY, Verdict.NONDETERMINISTIC,
-                     Verdict.LOST_DISPATCH, Verdict.MISSING, Verdict.ERROR})
-_PRIORITY = (Verdict.ERROR, Verdict.MISSING, Verdict.WORSE_ACCURACY, Verdict.NONDETERMINISTIC,
-             Verdict.LOST_DISPATCH,
+FAILING = frozenset({Verdict.SLOWER, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
+                     Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH, Verdict.MISSING,
+                     Verdict.ERROR})
+_PRIORITY = (Verdict.ERROR, Verdict.MISSING, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
+             Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH,
              Verdict.SLOWER, Verdict.AMBIGUOUS, Verdict.FASTER, Verdict.NEW, Verdict.SAME)
 RANK = {v: i for i, v in enumerate(_PRIORITY)}
 
@@ -94,10 +107,13 @@ class RowVerdict:
     threshold: float = math.nan        # max(min_effect, margin)
     margin: float = math.nan           # the calibrated per-case noise margin, if any
     delta_rel_err: float = math.nan
-    delta_max_ulp: float = math.nan
+    delta_rms_ulp_p99: float = math.nan  # the gated ULP figure (rms_ulp_p99: cur - base)
+    delta_max_ulp: float = math.nan      # per-element ULPs: detail, not gated
     delta_p99_ulp: float = math.nan
     ppl_drift: float = math.nan        # cur.ppl / base.ppl - 1 for kind == "ppl"
     remeasured: bool = False
+    first_verdict: str = ""            # before the re-measurement (when ``remeasured``)
+    first_change: float = math.nan     # its time_change
     nondeterministic: bool = False     # the current row's outputs differed between runs
 
     @property
@@ -124,6 +140,9 @@ class GateResult:
     baseline_label: str = "baseline"
     has_baseline: bool = True
     notes: tuple[str, ...] = ()
+    #: the fresh current-side rows the re-measurement returned (stored with the run, so a
+    #: later ``harness report`` replays them and reaches the same verdicts)
+    remeasured: tuple[ResultRow, ...] = ()
 
     @property
     def failures(self) -> list[RowVerdict]:
@@ -148,6 +167,7 @@ class GateResult:
 
 
 def _accuracy_problems(cur: ResultRow, base: ResultRow | None, s: Settings) -> list[str]:
+    """WORSE_ACCURACY reasons: absolute accuracy (and PPL drift against the baseline)."""
     out = []
     if cur.nonfinite > 0:
         out.append(f"{cur.nonfinite} non-finite outputs")
@@ -167,20 +187,34 @@ def _accuracy_problems(cur: ResultRow, base: ResultRow | None, s: Settings) -> l
         out.append(f"PPL drift vs native INT4 {drift:+.2%} beyond tolerance {s.ppl_drift_tolerance:.2%}")
     if base is None:
         return out
-    for name in ("max_ulp", "p99_ulp"):
-        c, b = getattr(cur, name), getattr(base, name)
-        if not (math.isfinite(c) and math.isfinite(b)):
-            continue
-        # ULPs counted at near-cancelling outputs run into the thousands, and a changed
-        # (equally exact) summation order moves them by a few: the slack grows with them
-        tol = max(s.ulp_tolerance, s.ulp_rel_tolerance * abs(b))
-        if c > b + tol:
-            out.append(f"{name} {c:g} > baseline {b:g} + {tol:g}")
     if cur.kind == "ppl" and math.isfinite(cur.ppl) and math.isfinite(base.ppl) and base.ppl > 0:
         drift = cur.ppl / base.ppl - 1.0
         if abs(drift) > s.ppl_drift_tolerance:
             out.append(f"PPL {cur.ppl:.4f} drifts {drift:+.2%} from baseline {base.ppl:.4f}"
                        f" (tolerance {s.ppl_drift_tolerance:.2%})")
+    return out
+
+
+def _accuracy_growth(cur: ResultRow, base: ResultRow | None, s: Settings) -> list[str]:
+    """LESS_ACCURATE reasons: the row's error grew against its baseline row.
+
+    Only figures finite on both sides are compared (NaN/Inf outputs are WORSE_ACCURACY's;
+    a baseline without the rms_ulp columns is not compared on them).
+    """
+    if base is None or cur.nonfinite > 0:
+        return []
+    out = []
+    c, b = cur.rel_err, base.rel_err
+    if math.isfinite(c) and math.isfinite(b) and c > b * (1.0 + s.rel_err_growth):
+        grew = f"{c / b - 1.0:+.0%}" if b > 0 else "from 0"
+        out.append(f"rel_err {c:.3g} grew {grew} over baseline {b:.3g} (allowed "
+                   f"+{s.rel_err_growth:.0%}, rel_err_growth)")
+    c, b = cur.rms_ulp_p99, base.rms_ulp_p99
+    if math.isfinite(c) and math.isfinite(b):
+        tol = max(s.rms_ulp_slack, s.rms_ulp_growth * abs(b))
+        if c > b + tol:
+            out.append(f"rms_ulp_p99 {c:.3g} > baseline {b:.3g} + {tol:.3g} (max of rms_ulp_slack "
+                       f"{s.rms_ulp_slack:g} and rms_ulp_growth {s.rms_ulp_growth:.0%} of the baseline's)")
     return out
 
 
@@ -200,7 +234,9 @@ def _variation(cur: ResultRow, s: Settings) -> tuple[Verdict | None, str]:
 
 def _deltas(cur: ResultRow, base: ResultRow) -> dict:
     ppl = cur.ppl / base.ppl - 1.0 if base.ppl and math.isfinite(base.ppl) and base.ppl > 0 else math.nan
-    return dict(delta_rel_err=cur.rel_err - base.rel_err, delta_max_ulp=cur.max_ulp - base.max_ulp,
+    return dict(delta_rel_err=cur.rel_err - base.rel_err,
+                delta_rms_ulp_p99=cur.rms_ulp_p99 - base.rms_ulp_p99,
+                delta_max_ulp=cur.max_ulp - base.max_ulp,
                 delta_p99_ulp=cur.p99_ulp - base.p99_ulp, ppl_drift=ppl)
 
 
@@ -234,7 +270,15 @@ def judge_row(
     else:
         problems = _accuracy_problems(cur, base if base_ok else None, settings)
         found += [(Verdict.WORSE_ACCURACY, p) for p in problems]
+        growth = _accuracy_growth(cur, base if base_ok else None, settings)
         varied, what = _variation(cur, settings)
+        racy = (cur.distinct_outputs > 1 or (base_ok and base.distinct_outputs > 1)) and varied is None
+        if racy and growth:
+            # a path documented to vary between runs (Marlin's race at large M): which output
+            # is the most frequent can change between processes, so growth is reported only
+            notes += [g + " (outputs vary between runs on this path: informational)" for g in growth]
+        else:
+            found += [(Verdict.LESS_ACCURATE, g) for g in growth]
         if varied is not None:
             found.append((varied, what))
         elif what:
@@ -324,6 +368,7 @@ def evaluate(
     caller (``environment.check_compatible``).
     """
     margins = margins or {}
+    remeasured: tuple[ResultRow, ...] = ()
     by_matrix = len({r.matrix for r in current}) > 1 or len({r.matrix for r in baseline}) > 1
     cur, base = _index(current, by_matrix), _index(baseline, by_matrix)
     if partial:
@@ -355,13 +400,36 @@ def evaluate(
             was = first[k]
             tag = (f"re-measured (first: {was.verdict.value} {was.time_change:+.2%})"
                    if math.isfinite(was.time_change) else "re-measured")
-            verdicts[k] = replace(rv, remeasured=True, reasons=rv.reasons + (tag,))
+            verdicts[k] = replace(rv, remeasured=True, reasons=rv.reasons + (tag,),
+                                  first_verdict=was.verdict.value, first_change=was.time_change)
         notes.append(f"re-measured {len(keys)} ambiguous or first-time SLOWER row(s)")
+        remeasured = tuple(fresh_cur[k] for k in keys if k in fresh_cur)
     elif ambiguous:
         notes.append(f"{len(ambiguous)} ambiguous or SLOWER row(s) not re-measured (no re-measure hook)")
     ordered = sorted(verdicts.values(), key=_order)
     return GateResult(tuple(ordered), settings, current_label=current_label,
-                      baseline_label=baseline_label, has_baseline=bool(baseline), notes=tuple(notes))
+                      baseline_label=baseline_label, has_baseline=bool(baseline), notes=tuple(notes),
+                      remeasured=remeasured)
+
+
+def stored_remeasure(rows: Sequence[ResultRow]) -> Remeasure:
+    """A ``remeasure`` that replays rows a bench stored with its run (``confirm/``) instead
+    of measuring: a key it holds gets that row, any other key none (the gate then keeps
+    the first verdict and says the re-measurement returned no row)."""
+    by_key = {r.key: r for r in rows}
+
+    def replay(keys: list[Key]) -> list[ResultRow]:
+        return [by_key[k] for k in keys if k in by_key]
+
+    return replay
+
+
+def verdict_map(result: GateResult) -> dict[str, str]:
+    """``"case|path|mode" -> verdict`` (with ``matrix|`` in front when the result holds
+    several matrices): what a bench stores so later readings can be checked against it."""
+    many = len({v.matrix for v in result.verdicts}) > 1
+    return {("|".join((v.matrix, *v.key)) if many else "|".join(v.key)): v.verdict.value
+            for v in result.verdicts}
 
 
 def _order(v: RowVerdict) -> tuple:

@@ -291,6 +291,8 @@ class Run:
     rows: tuple[ResultRow, ...]
     metas: Mapping[str, RunMeta] = field(default_factory=dict)
     csv_paths: tuple[Path, ...] = ()
+    #: rows the bench's gate measured again to confirm a SLOWER or settle an AMBIGUOUS
+    confirmations: tuple[ResultRow, ...] = ()
 
     @property
     def matrices(self) -> list[str]:
@@ -332,7 +334,10 @@ def _is_result_csv(path: Path) -> bool:
 
 
 #: Subdirectories that hold derived files, not runs (reports, bench's candidate baseline).
-_NOT_RUN_DIRS = {"report", "candidate-baseline"}
+_NOT_RUN_DIRS = {"report", "candidate-baseline", "confirm"}
+#: Where ``harness bench`` stores the gate's confirmation re-measurements of a matrix:
+#: ``<run dir>/confirm/<matrix>.csv`` (result schema; read back as ``Run.confirmations``).
+CONFIRM_DIR = "confirm"
 
 
 def find_result_csvs(path: str | Path) -> list[Path]:
@@ -360,11 +365,22 @@ def load_run(path: str | Path) -> Run:
     csvs = find_result_csvs(path)
     rows: list[ResultRow] = []
     metas: dict[str, RunMeta] = {}
+    confirm: list[ResultRow] = []
     for csv_path in csvs:
         part = read_rows(csv_path)
         rows.extend(part)
+        stored = csv_path.parent / CONFIRM_DIR / csv_path.name
+        if stored.is_file():
+            confirm.extend(read_rows(stored))
         json_path = csv_path.with_suffix(".json")
         if json_path.is_file():
             meta = read_meta(json_path)
             metas[meta.matrix] = meta
-    return Run(source=str(path), rows=tuple(rows), metas=metas, csv_paths=tuple(csvs))
+    return Run(source=str(path), rows=tuple(rows), metas=metas, csv_paths=tuple(csvs),
+               confirmations=tuple(confirm))
+
+
+def confirm_path(csv_path: str | Path) -> Path:
+    """Where the confirmation rows of the result CSV ``csv_path`` are stored."""
+    csv_path = Path(csv_path)
+    return csv_path.parent / CONFIRM_DIR / csv_path.name

@@ -64,6 +64,12 @@ def test_every_verdict_is_reachable(base):
     # WORSE_ACCURACY: rel_err over the gate
     k = (m64, "fp16_cache", "graph")
     cur[k] = replace(cur[k], rel_err=5e-3)
+    # LESS_ACCURATE: rel_err tripled against the baseline, still inside the gate (a case of
+    # its own, in both builds, with identical samples)
+    m40 = "M40-N2048-K2048-g128-s0"
+    less_base = replace(next(r for r in base if r.key == (m64, "marlin_asym", "graph")), case_id=m40, M=40,
+                        rel_err=3e-4)
+    cur[less_base.key] = replace(less_base, rel_err=9e-4)            # inside the 1e-3 gate
     # NONDETERMINISTIC: a path that promises identical outputs gave two in five runs (a
     # case of its own, in both builds)
     m48 = "M48-N2048-K2048-g128-s0"
@@ -81,12 +87,13 @@ def test_every_verdict_is_reachable(base):
     cur[k] = replace(cur[k], status="unavailable", error="no CUDA device")
     new = replace(base[0], case_id="M32-N2048-K2048-g128-s0", M=32)
     cur[new.key] = new
-    result = evaluate(list(cur.values()), [*base, extra], S)
+    result = evaluate(list(cur.values()), [*base, extra, less_base], S)
     got = {v.key: v for v in result.verdicts}
     assert got[(m16, "native_int4", "graph")].verdict == Verdict.SLOWER
     assert got[(m16, "fp16_cache", "graph")].verdict == Verdict.FASTER
     assert got[(m64, "native_int4", "graph")].verdict == Verdict.AMBIGUOUS
     assert got[(m64, "fp16_cache", "graph")].verdict == Verdict.WORSE_ACCURACY
+    assert got[less_base.key].verdict == Verdict.LESS_ACCURATE
     assert got[extra.key].verdict == Verdict.NONDETERMINISTIC
     assert got[(m16, "marlin_asym", "graph")].verdict == Verdict.LOST_DISPATCH
     assert got[(m1, "marlin_asym", "graph")].verdict == Verdict.ERROR
@@ -112,37 +119,103 @@ def test_accuracy_checks(base):
     key = ("M16-N2048-K2048-g128-s0", "marlin_asym", "graph")
     b = next(r for r in base if r.key == key)
     others = [r for r in base if r.key != key]
-    cases = {
-        "nonfinite": replace(b, nonfinite=3),
-        "max_ulp": replace(b, max_ulp=b.max_ulp + S.ulp_tolerance + 1),
-        "p99_ulp": replace(b, p99_ulp=b.p99_ulp + S.ulp_tolerance + 0.5),
-    }
-    for what, row in cases.items():
-        v = _one(evaluate(others + [row], base, S), *key)
-        assert v.verdict == Verdict.WORSE_ACCURACY, what
-        assert what.split("_")[0] in v.reason or "non-finite" in v.reason
-    within = replace(b, max_ulp=b.max_ulp + S.ulp_tolerance)
-    assert _one(evaluate(others + [within], base, S), *key).verdict == Verdict.SAME
+    for bad in (replace(b, nonfinite=3), replace(b, nonfinite=3, rel_err=math.inf,
+                                                 rms_ulp_p99=math.inf, rms_ulp_max=math.inf)):
+        for baseline in (base, []):
+            v = _one(evaluate(others + [bad], baseline, S), *key)
+            assert v.verdict == Verdict.WORSE_ACCURACY and v.fails and "non-finite" in v.reason
+            assert not any("grew" in r for r in v.reasons)      # no growth on NaN/Inf output
+    over = replace(b, rel_err=5e-3)                  # over the absolute bound: WORSE first
+    v = _one(evaluate(others + [over], base, S), *key)
+    assert v.verdict == Verdict.WORSE_ACCURACY and "over the gate" in v.reason
+    assert any(r.startswith("rel_err 0.005 grew") for r in v.reasons)     # also listed
 
 
-def test_ulp_slack_grows_with_the_baselines_ulp_count(base):
-    # measured on the H200: switching the correction's summation order moved a near-cancelling
-    # element's max ULP 8392.53 -> 8396.53 (rel_err unchanged); fp16 accumulation (planted)
-    # moved p99 ULP 89.7 -> 173.7. The first is not a regression, the second is.
+def test_per_element_ulps_are_detail_not_gated(base):
+    # measured on the H200: a changed (equally exact) summation order moved a near-cancelling
+    # element's max ULP 8392.53 -> 8396.53 at unchanged rel_err; any per-element change at
+    # unchanged rel_err and rms-ULP passes now, and is still reported as a delta
     key = ("M16-N2048-K2048-g128-s0", "marlin_asym", "graph")
     b = replace(next(r for r in base if r.key == key), max_ulp=8392.53, p99_ulp=89.7)
     others = [r for r in base if r.key != key]
-    assert S.ulp_rel_tolerance == 0.005
-    same = replace(b, max_ulp=8396.53)
-    assert _one(evaluate(others + [same], others + [b], S), *key).verdict == Verdict.SAME
-    worse = replace(b, max_ulp=8392.53 * 1.01)
-    v = _one(evaluate(others + [worse], others + [b], S), *key)
-    assert v.verdict == Verdict.WORSE_ACCURACY and "+ 41.9" in v.reason     # 0.5% of 8392.53
-    fp16 = replace(b, p99_ulp=173.7)
-    v = _one(evaluate(others + [fp16], others + [b], S), *key)
-    assert v.verdict == Verdict.WORSE_ACCURACY and "p99_ulp 173.7 > baseline 89.7 + 2" in v.reason
-    absolute = replace(S, ulp_rel_tolerance=0.0)          # the rule before the setting existed
-    assert _one(evaluate(others + [same], others + [b], absolute), *key).verdict == Verdict.WORSE_ACCURACY
+    cur = replace(b, max_ulp=320960.0, p99_ulp=173.7)
+    v = _one(evaluate(others + [cur], others + [b], S), *key)
+    assert v.verdict == Verdict.SAME and not v.fails, v.reasons
+    assert v.delta_max_ulp == pytest.approx(320960.0 - 8392.53) and v.delta_p99_ulp == pytest.approx(84.0)
+    assert v.delta_rms_ulp_p99 == 0.0
+
+
+def _less(base, settings=S, **cur_fields):
+    key = ("M16-N2048-K2048-g128-s0", "marlin_asym", "graph")
+    # marlin_asym's documented bound (kernels/bounds.py) on both sides
+    b = replace(next(r for r in base if r.key == key), rel_err=4e-4, rms_ulp_p99=2.0, rms_ulp_max=9.0,
+                rel_err_bound=2.5e-3)
+    base_fields = {k[5:]: cur_fields.pop(k) for k in list(cur_fields) if k.startswith("base_")}
+    b = replace(b, **base_fields)
+    others = [r for r in base if r.key != key]
+    return _one(evaluate(others + [replace(b, **cur_fields)], others + [b], settings), *key)
+
+
+def test_tripled_rel_err_inside_the_bound_is_less_accurate(base):
+    assert S.rel_err_growth == 0.10 and S.rms_ulp_slack == 0.25 and S.rms_ulp_growth == 0.10
+    v = _less(base, rel_err=1.2e-3)                 # over rel_err_gate, inside Marlin's bound
+    assert v.verdict == Verdict.LESS_ACCURATE and v.fails, v.reasons
+    assert v.reasons[0] == "rel_err 0.0012 grew +200% over baseline 0.0004 (allowed +10%, rel_err_growth)"
+    assert _less(base, rel_err=3e-3).verdict == Verdict.WORSE_ACCURACY           # over the bound
+    assert v.delta_rel_err == pytest.approx(8e-4)
+    peer = _less(base, rel_err=1.2e-3, role="peer")              # peers are informational
+    assert peer.verdict == Verdict.LESS_ACCURATE and not peer.fails
+
+
+def test_rms_ulp_growth_uses_the_larger_of_slack_and_fraction(base):
+    # baseline rms_ulp_p99 2.0: allowed + max(0.25, 0.10 x 2.0) = 0.25
+    assert _less(base, rms_ulp_p99=2.25).verdict == Verdict.SAME
+    v = _less(base, rms_ulp_p99=2.3)
+    assert v.verdict == Verdict.LESS_ACCURATE and v.fails
+    assert v.reason.startswith("rms_ulp_p99 2.3 > baseline 2 + 0.25")
+    assert v.delta_rms_ulp_p99 == pytest.approx(0.3)
+    # baseline 10: allowed + max(0.25, 1.0) = 1.0
+    assert _less(base, base_rms_ulp_p99=10.0, rms_ulp_p99=10.9).verdict == Verdict.SAME
+    assert _less(base, base_rms_ulp_p99=10.0, rms_ulp_p99=11.1).verdict == Verdict.LESS_ACCURATE
+    # the planted fp16 accumulation, emulated (docs/reliability.md §3): 2.09 -> 12.6
+    assert _less(base, base_rms_ulp_p99=2.09, rms_ulp_p99=12.6).verdict == Verdict.LESS_ACCURATE
+    # rms_ulp_max is reported, not gated
+    assert _less(base, rms_ulp_max=90.0).verdict == Verdict.SAME
+
+
+def test_growth_within_tolerance_passes(base):
+    v = _less(base, rel_err=4e-4 * 1.09, rms_ulp_p99=2.2)
+    assert v.verdict == Verdict.SAME and not v.fails, v.reasons
+    assert _less(base, rel_err=4e-4 * 0.5, rms_ulp_p99=1.0).verdict == Verdict.SAME    # better
+    # strict is tighter (5%, 0.1 ULP), permissive looser (25%, 0.5 ULP)
+    strict, permissive = load_settings("strict"), load_settings("permissive")
+    assert (strict.rel_err_growth, strict.rms_ulp_slack, strict.rms_ulp_growth) == (0.05, 0.1, 0.05)
+    assert (permissive.rel_err_growth, permissive.rms_ulp_slack, permissive.rms_ulp_growth) == (0.25, 0.5, 0.25)
+    assert _less(base, strict, rel_err=4e-4 * 1.07).verdict == Verdict.LESS_ACCURATE
+    assert _less(base, strict, rms_ulp_p99=2.15).verdict == Verdict.LESS_ACCURATE
+    assert _less(base, permissive, rel_err=4e-4 * 1.2, rms_ulp_p99=2.45).verdict == Verdict.SAME
+
+
+def test_a_baseline_without_rms_ulps_is_not_compared_on_them(base):
+    # a schema-2 baseline reads rms_ulp_* as NaN: no comparison and nothing said about it
+    v = _less(base, base_rms_ulp_p99=math.nan, base_rms_ulp_max=math.nan, rms_ulp_p99=50.0)
+    assert v.verdict == Verdict.SAME and not any("rms_ulp" in r for r in v.reasons), v.reasons
+    assert math.isnan(v.delta_rms_ulp_p99)
+    # rel_err is still compared against such a baseline
+    v = _less(base, base_rms_ulp_p99=math.nan, rel_err=1.2e-3)
+    assert v.verdict == Verdict.LESS_ACCURATE and "rel_err" in v.reason
+    # nor the other way round (a current row without them), nor a NaN baseline rel_err
+    assert _less(base, rms_ulp_p99=math.nan).verdict == Verdict.SAME
+    assert _less(base, base_rel_err=math.nan, rel_err=1.2e-3).verdict == Verdict.SAME
+    # and without a baseline row there is nothing to grow from
+    row = replace(base[0], rel_err=9e-4, rms_ulp_p99=40.0)
+    assert evaluate([row], [], S).verdicts[0].verdict == Verdict.NEW
+
+
+def test_a_baseline_row_exact_to_zero_fails_on_any_error(base):
+    v = _less(base, base_rel_err=0.0, rel_err=1e-6)
+    assert v.verdict == Verdict.LESS_ACCURATE and "grew from 0" in v.reason
+    assert _less(base, base_rel_err=0.0, rel_err=0.0).verdict == Verdict.SAME
 
 
 def test_ppl_drift():
@@ -310,17 +383,20 @@ ENV = Environment(arch="sm90", gpu_name="NVIDIA H200", compute_capability="9.0",
                   torch="2.11.0+cu130", cuda="13.0", driver="580.1", commit="a" * 40)
 
 
-@pytest.mark.parametrize("change, refused", [
-    (dict(arch="sm89"), "arch"), (dict(gpu_name="NVIDIA H100 80GB HBM3"), "GPU"),
-    (dict(torch="2.13.0+cu130"), "torch"), (dict(cuda="12.4"), "CUDA"),
-    (dict(torch="2.11.1"), None), (dict(cuda="13.1", driver="590.0"), None),
+@pytest.mark.parametrize("change, refused, warned", [
+    (dict(arch="sm89"), "arch", ()), (dict(gpu_name="NVIDIA H100 80GB HBM3"), "GPU", ()),
+    # another torch release or CUDA major version warns (refused only with strict)
+    (dict(torch="2.13.0+cu130"), None, ("torch",)), (dict(cuda="12.4"), None, ("CUDA",)),
+    (dict(torch="2.11.1"), None, ("torch",)), (dict(cuda="13.1", driver="590.0"), None, ("CUDA", "driver")),
+    (dict(host="other", gpu_uuid="GPU-2", boot_id="b2"), None, ()),
 ])
-def test_environment_compatibility(change, refused):
+def test_environment_compatibility(change, refused, warned):
     other = replace(ENV, **change)
     reason = incompatibility(ENV, other)
     if refused is None:
         assert reason is None
-        check_compatible(ENV, other)
+        warnings = check_compatible(ENV, other)
+        assert [w.split(" differs")[0] for w in warnings] == list(warned)
     else:
         assert refused in reason
         with pytest.raises(IncompatibleBaselineError) as exc:
@@ -367,9 +443,11 @@ def test_calibrate_stores_margins(tmp_path, base):
     for i, f in enumerate(factors):
         _store(tmp_path, f"aa{i}", resample(base, seed=40 + i, factor={key: f}, noise=0.0005), ENV)
     margins = calibrate(paths, tmp_path / "b", S, echo=lambda s: None)["synthetic"]
-    drifts = [abs(b / a - 1) for i, a in enumerate(factors) for b in factors[i + 1:]]
-    assert margins[key] == pytest.approx(float(np.percentile(drifts, 95)), rel=0.05)
-    assert margins[("M16-N2048-K2048-g128-s0", "native_int4", "graph")] == S.noise_margin_floor
+    # the moved key gets a margin from its own spread (about 3%, moderated by its class),
+    # far above the quiet rows of its class, which stay near the floor
+    assert 0.03 < margins[key] < 0.30
+    quiet = ("M16-N2048-K2048-g128-s0", "native_int4", "graph")
+    assert margins[quiet] < 0.02 and margins[quiet] >= S.noise_margin_floor
     stored = load_baseline(tmp_path / "b" / "sm90")
     assert stored.margins[key] == pytest.approx(margins[key])
     assert stored.metas["synthetic"].calibration["runs"] == len(factors)
@@ -460,3 +538,18 @@ def test_the_worst_run_is_held_to_the_rel_err_gate(base):
     # a schema-1 row (accuracy_runs 0, distinct 0) is judged as before
     old = replace(cur[k], accuracy_runs=0, distinct_outputs=0, worst_rel_err=math.nan)
     assert _one(evaluate([old], [r for r in base if r.key == k], S), *k).verdict == Verdict.SAME
+
+
+def test_growth_on_a_row_whose_outputs_vary_is_reported_not_failed(base):
+    """Marlin's documented race at large M: the most frequent of N outputs can change
+    between processes, so its accuracy growth is a note; a path that promises identical
+    outputs still fails (NONDETERMINISTIC), and a steady row still fails LESS_ACCURATE."""
+    note = "global reduction race (documented)"
+    v = _less(base, rel_err=1.2e-3, distinct_outputs=3, accuracy_runs=5, nondeterminism_note=note)
+    assert v.verdict == Verdict.SAME and not v.fails, v.reasons
+    assert any("informational" in r and "grew" in r for r in v.reasons)
+    v = _less(base, rel_err=1.2e-3, distinct_outputs=3, accuracy_runs=5)
+    assert v.verdict == Verdict.LESS_ACCURATE and v.fails
+    assert any("promises identical outputs" in r for r in v.reasons)
+    assert _less(base, rel_err=1.2e-3, distinct_outputs=1, accuracy_runs=5,
+                 nondeterminism_note=note).verdict == Verdict.LESS_ACCURATE

@@ -121,6 +121,29 @@ def test_html_is_self_contained_with_regressions_first(gated):
     assert "FP16 cache wins" in page and "Rule the data supports" in page
 
 
+def test_reports_lead_with_rms_ulp_and_show_less_accurate():
+    base = make_rows(shapes=((2048, 2048, 128),), ms=(1, 16), seed=8)
+    key = ("M16-N2048-K2048-g128-s0", "native_int4", "graph")
+    cur = [replace(r, rel_err=r.rel_err * 3, rms_ulp_p99=r.rms_ulp_p99 + 2.0) if r.key == key else r
+           for r in base]
+    result = evaluate(cur, base, S)
+    (less,) = result.of(Verdict.LESS_ACCURATE)
+    assert less.key == key and less.fails and less.delta_rms_ulp_p99 == pytest.approx(2.0)
+    frame = report_frame(result)
+    cols = list(frame.columns)
+    assert cols.index("delta_rel_err") < cols.index("delta_rms_ulp_p99") < cols.index("delta_max_ulp")
+    assert cols.index("baseline_rms_ulp_p99") < cols.index("baseline_max_ulp")
+    row = frame[frame.verdict == "LESS_ACCURATE"].iloc[0]
+    assert row.delta_rms_ulp_p99 == pytest.approx(2.0) and row.fails
+    sbs = side_by_side_frame(result, ("A", "B"))
+    assert {"A_rms_ulp_p99", "B_rms_ulp_p99", "delta_rms_ulp_p99"} <= set(sbs.columns)
+    md = markdown_summary(result)
+    assert "📉 LESS_ACCURATE" in md and "rms_ulp_p99" in md and "ulp_tolerance" not in md
+    page = render_html(result)
+    assert "LESS_ACCURATE" in page and "#f7c6a3" in page                # badge and verdict cell
+    assert page.index("rms ULP p99") < page.index("elem. p99 ULP") < page.index("elem. max ULP")
+
+
 def test_html_escapes_row_text():
     rows = make_rows(ms=(1,))
     bad = [replace(rows[0], status="error", error="<script>alert(1)</script> & <b>x</b>")] + rows[1:]
@@ -134,7 +157,8 @@ def test_html_renders_all_nan_cpu_rows():
     page = render_html(evaluate(rows, [], S))
     assert "no finite tflops" in page and page.count("<svg") == 1 and 'id="plot-ulp"' in page
     assert "No baseline" in page and "PASS" in page
-    blank = [replace(r, rel_err=math.nan, max_ulp=math.nan, p99_ulp=math.nan) for r in rows]
+    blank = [replace(r, rel_err=math.nan, max_ulp=math.nan, p99_ulp=math.nan, rms_ulp_p99=math.nan,
+                     rms_ulp_max=math.nan) for r in rows]
     plots = all_plots(blank)
     assert all(p.svg is None and p.note for p in plots)
     page = render_html(evaluate(blank, blank, S))
@@ -327,7 +351,7 @@ def test_cli_report_compare_and_baseline(tmp_path, capsys):
     for i in range(2):
         write_run(tmp_path / f"aa{i}", resample(base, 10 + i), RunMeta(matrix="synthetic", environment=env))
     bl = str(tmp_path / "baselines")
-    assert main(["baseline", "accept", str(tmp_path / "r0"), "--root", bl]) == 0
+    assert main(["baseline", "accept", str(tmp_path / "r0"), "--root", bl, "--yes"]) == 0
     assert main(["baseline", "calibrate", "--runs", str(tmp_path / "aa0"), str(tmp_path / "aa1"), "--root", bl]) == 0
     assert main(["baseline", "show", "--root", bl]) == 0
     assert "2 runs" in capsys.readouterr().out

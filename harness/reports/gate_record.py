@@ -1,0 +1,69 @@
+"""The gate's reading stored with a run, so every later reading can reproduce it.
+
+``write_gate_record(csv_path, result)`` puts the confirmation rows of a gate (the rows it
+measured again to confirm a SLOWER or settle an AMBIGUOUS) in ``confirm/<matrix>.csv``
+and, under the key ``gate`` of ``<matrix>.json``: the baseline it was gated against, the
+exit code, every row's verdict and, per confirmation, the first and final verdicts with
+their changes. ``harness report`` and ``harness compare`` replay the stored rows
+(``gate.stored_remeasure``) and ``agreement`` checks their verdicts against this record.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+from .gate import GateResult, verdict_map
+from .store import confirm_path, read_meta, write_meta, write_rows
+
+
+def _finite(x: float) -> float | None:
+    """``x``, or None where JSON has no number for it (NaN, inf)."""
+    return float(x) if math.isfinite(x) else None
+
+
+def write_gate_record(csv_path: str | Path, result: GateResult) -> None:
+    """Store ``result``'s verdicts and confirmation rows beside the result CSV."""
+    csv_path = Path(csv_path)
+    if result.remeasured:
+        write_rows(confirm_path(csv_path), result.remeasured)
+    confirmed = {"|".join(v.key): {
+        "first": v.first_verdict, "first_change": _finite(v.first_change),
+        "final": v.verdict.value, "final_change": _finite(v.time_change),
+        "median_us": _finite(v.cur_median_us),
+        "samples": v.current.n_samples if v.current is not None else 0,
+    } for v in result.verdicts if v.remeasured}
+    json_path = csv_path.with_suffix(".json")
+    meta = read_meta(json_path)
+    gate = {"baseline": result.baseline_label, "exit_code": result.exit_code,
+            "verdicts": verdict_map(result), "confirmations": confirmed,
+            "notes": list(result.notes)}
+    write_meta(json_path, replace(meta, extra={**meta.extra, "gate": gate}))
+
+
+def stored_verdicts(metas) -> dict[str, str]:
+    """The verdicts a bench stored for the run's matrices (``matrix|case|path|mode``)."""
+    out: dict[str, str] = {}
+    for matrix, meta in metas.items():
+        gate = meta.extra.get("gate") if hasattr(meta, "extra") else None
+        for key, verdict in (gate or {}).get("verdicts", {}).items():
+            out[key if key.count("|") == 3 else f"{matrix}|{key}"] = str(verdict)
+    return out
+
+
+def agreement(result: GateResult, metas) -> str | None:
+    """One line comparing ``result`` with the verdicts stored with the run, or None when
+    the run stored none (e.g. it was measured with ``--no-compare``)."""
+    stored = stored_verdicts(metas)
+    if not stored:
+        return None
+    now = {"|".join((v.matrix, *v.key)): v.verdict.value for v in result.verdicts}
+    common = stored.keys() & now.keys()
+    differ = sorted(k for k in common if stored[k] != now[k])
+    if not differ:
+        return f"verdicts agree with the bench's stored gate on all {len(common)} rows"
+    first = differ[0]
+    return (f"verdicts differ from the bench's stored gate on {len(differ)} of {len(common)} rows "
+            f"(first: {first}: stored {stored[first]}, now {now[first]}; another baseline, "
+            "preset or setting?)")
