@@ -17,6 +17,7 @@ _COMMAND_MODULES = (
     "harness.measure.cli",
     "harness.reports.cli",
     "harness.model.cli",
+    "harness.commands.job",
 )
 
 

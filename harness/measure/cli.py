@@ -24,6 +24,8 @@ ARCH_HELP = "expected GPU arch, e.g. sm90; on a different GPU: skip (exit 0) unl
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from harness.reports import environment as env_policy
+
     p = sub.add_parser("bench", help="measure a shape matrix through the GEMM paths and gate it",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--matrix", "-m", default=None,
@@ -46,9 +48,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="A/A: measure N times (run k >= 2 in <arch>.rep<k>)")
     p.add_argument("--no-compare", action="store_true", help="do not gate against the baseline")
+    p.add_argument("--strict-env", action="store_true", help=env_policy.STRICT_ENV_HELP)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--cpu-threads", type=int, default=1,
                    help="torch CPU threads in CPU mode (default 1: stable on shared 2-core runners)")
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+                   help="load extra or wrapped paths from a Python file or module (repeatable)")
     p.set_defaults(func=run)
 
 
@@ -83,6 +88,32 @@ def _modes(args, device) -> tuple[str, ...]:
             raise ValueError(f"--mode {m!r} is not available on {device.type} (choose from "
                              f"{', '.join(allowed)})")
     return tuple(dict.fromkeys(modes))
+
+
+def load_plugins(specs: list[str]) -> list[str]:
+    """Run each ``--plugin``: a Python file (``path/to/file.py``) or an importable module
+    name, after the built-in paths are registered. A plugin registers paths of its own
+    (``PATHS.register``) or wraps existing ones (the test suite's planted defects do);
+    the run's json lists the plugins, so a changed path never passes unnoticed."""
+    import importlib
+    import runpy
+
+    from harness.kernels import registry_load
+
+    registry_load.load_all()
+    done = []
+    for spec in specs:
+        if spec.endswith(".py"):
+            if not Path(spec).is_file():
+                raise ValueError(f"--plugin: no such file {spec}")
+            runpy.run_path(spec, run_name=f"harness_plugin_{Path(spec).stem}")
+        else:
+            try:
+                importlib.import_module(spec)
+            except ModuleNotFoundError as exc:
+                raise ValueError(f"--plugin: cannot import {spec!r} ({exc})") from None
+        done.append(spec)
+    return done
 
 
 def _load_paths(registry, names: list[str]) -> list[str]:
@@ -148,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     modes = _modes(args, device)
     matrices = _split(args.matrix) or (["smoke"] if device.type == "cpu" else ["production"])
     cases = {m: MATRICES.cases(m, args.filter) for m in matrices}
+    plugins = load_plugins(args.plugin)
     paths = _load_paths(PATHS, _split(args.paths))
     if device.type == "cpu":
         torch.set_num_threads(max(1, args.cpu_threads))
@@ -158,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
                            resume=args.resume, overwrite=args.overwrite,
                            progress=not args.no_progress,
                            partial=bool(args.filter or args.paths),
-                           extra={"filter": args.filter or "", "cpu_threads": torch.get_num_threads()})
+                           extra={"filter": args.filter or "", "cpu_threads": torch.get_num_threads(),
+                                  "plugins": plugins})
     t0 = time.perf_counter()
     run_dirs = []
     with _terminate_cleanly(session.run_dir()):
@@ -173,5 +206,5 @@ def run(args: argparse.Namespace) -> int:
         session.print_aa(matrices, args.repeat)
     if args.no_compare:
         return 0
-    return max((session.compare(m) for m in matrices), default=0)
+    return max((session.compare(m, strict_env=args.strict_env) for m in matrices), default=0)
 

@@ -1,0 +1,180 @@
+"""``harness job``: the main GPU job (what ``nox -s bench-smXX`` runs): every step, one summary.
+
+Steps, in order, each run even when an earlier one failed:
+  1. ``gemm``:   ``harness bench --matrix production`` (every path, cold and graph), gated;
+  2. ``swiglu``: the SwiGLU gate/up pairs (``--matrix swiglu``), gated;
+  3. ``ppl``:    ``harness ppl`` on the fixture (perplexity drift and end-to-end forward
+     time per path), gated.
+The bench runs production and swiglu in one process (one set of ceilings, one build);
+each matrix is gated on its own and stores its verdicts with its rows (``<matrix>.json``,
+key ``gate``). At the end a table gives, per step: rows, verdict counts, exit code and
+the reason; the job's exit status is the worst step's (0 pass, 1 a failing verdict,
+2 an error that stopped a step). The summary is also written to ``job.json`` beside the
+results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: (step name, matrix) of the job, in order; ``--cpu``: the CPU paths on the smoke matrix
+#: and the g128 fixture (CPU timings are information: the gate there is accuracy,
+#: dispatch and completeness)
+STEPS = (("gemm", "production"), ("swiglu", "swiglu"), ("ppl", "ppl"))
+CPU_STEPS = (("gemm", "smoke"), ("ppl", "ppl"))
+
+
+@dataclass
+class StepResult:
+    """One step's outcome for the summary table."""
+
+    step: str
+    matrix: str
+    exit_code: int = 0
+    rows: int = 0
+    verdicts: dict = field(default_factory=dict)
+    reason: str = ""
+    seconds: float = 0.0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("job", help="the main GPU job: production + swiglu + ppl, gated, one summary",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", default=None, help="expected GPU arch, e.g. sm90 (see harness bench)")
+    p.add_argument("--force", action="store_true", help="run on a GPU of another arch")
+    p.add_argument("--cpu", action="store_true",
+                   help="the CPU job: smoke matrix and the g128 fixture on the CPU paths")
+    p.add_argument("--steps", default=None,
+                   help="comma list of steps to run (default: gemm,swiglu,ppl; with --cpu gemm,ppl)")
+    p.add_argument("--out", default="results", help="results root (default results/)")
+    p.add_argument("--baselines", default="baselines", help="baselines root (default baselines/)")
+    p.add_argument("--overwrite", action="store_true", help="replace this commit's stored results")
+    p.add_argument("--strict-env", action="store_true",
+                   help="refuse a baseline recorded with other software versions (not only warn)")
+    p.add_argument("--preset", default=None, help="settings preset")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+                   help="passed to harness bench (extra or wrapped paths); not to ppl")
+    p.set_defaults(func=run)
+
+
+def _common(args) -> list[str]:
+    out = ["--out", args.out, "--baselines", args.baselines]
+    out += ["--overwrite"] if args.overwrite else []
+    out += ["--strict-env"] if args.strict_env else []
+    out += ["--preset", args.preset] if args.preset else []
+    for kv in args.set:
+        out += ["--set", kv]
+    return out
+
+
+def _gate_record(run_dir: Path, matrix: str) -> tuple[int, dict]:
+    """(rows, verdict counts) of a stored matrix from its json's ``gate`` record."""
+    from harness.reports.store import read_meta, read_rows
+
+    csv_path = run_dir / f"{matrix}.csv"
+    if not csv_path.is_file():
+        return 0, {}
+    rows = len(read_rows(csv_path))
+    gate = read_meta(csv_path.with_suffix(".json")).extra.get("gate") or {}
+    return rows, dict(Counter(gate.get("verdicts", {}).values()))
+
+
+def _reason(code: int, counts: dict, stored: bool) -> str:
+    from harness.reports.gate import FAILING
+
+    failing = {k: n for k, n in counts.items() if k in {v.value for v in FAILING}}
+    if code == 0:
+        return "passed" if stored else "passed (no gate record)"
+    if code == 1:
+        return "failing verdicts: " + ", ".join(f"{n} {k}" for k, n in sorted(failing.items())) \
+            if failing else "a failing verdict (see the step's table)"
+    return "stopped by an error (see the step's output)"
+
+
+def _run_step(argv: list[str]) -> tuple[int, str]:
+    """Run one ``harness`` command in this process; (exit code, error line or "")."""
+    from harness.cli import main
+
+    try:
+        return int(main(argv) or 0), ""
+    except SystemExit as exc:         # argparse and the bench's own exits
+        return (exc.code if isinstance(exc.code, int) else 2), ""
+    except Exception as exc:          # noqa: BLE001 - a crash of one step must not stop the next
+        return 2, f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.measure.envinfo import git_commit
+
+    steps = CPU_STEPS if args.cpu else STEPS
+    wanted = [s.strip() for s in (args.steps or ",".join(s for s, _ in steps)).split(",") if s.strip()]
+    known = {s for s, _ in steps}
+    for s in wanted:
+        if s not in known:
+            raise ValueError(f"--steps: unknown step {s!r} (choose from {', '.join(known)})")
+    arch = ["--arch", args.arch] if args.arch else []
+    force = ["--force"] if args.force else []
+    cpu = ["--cpu"] if args.cpu else []
+    results: list[StepResult] = []
+    matrices = [m for s, m in steps if s in wanted and s != "ppl"]
+    t0 = time.perf_counter()
+    if matrices:
+        argv = ["bench", "--matrix", ",".join(matrices), *cpu, *arch, *force, *_common(args)]
+        argv += ["--no-progress"] if args.no_progress else []
+        for plugin in args.plugin:
+            argv += ["--plugin", plugin]
+        code, err = _run_step(argv)
+        took = time.perf_counter() - t0
+        for step, matrix in steps:
+            if matrix in matrices:
+                results.append(StepResult(step, matrix, code, seconds=took, reason=err))
+    if "ppl" in wanted:
+        t1 = time.perf_counter()
+        ppl = ["--cpu", "--fixture", "g128"] if args.cpu else ["--marlin-sm90"]
+        code, err = _run_step(["ppl", *ppl, *_common(args)])
+        results.append(StepResult("ppl", "ppl", code, seconds=time.perf_counter() - t1, reason=err))
+    run_dir = _run_dir(args)
+    for r in results:
+        r.rows, r.verdicts = _gate_record(run_dir, r.matrix) if run_dir else (0, {})
+        if r.step != "ppl" and r.exit_code and r.verdicts:
+            # one bench process gates both matrices: its exit code is the worse of the two
+            failing = _reason(1, r.verdicts, True)
+            r.exit_code = 1 if failing.startswith("failing verdicts:") else 0
+        r.reason = r.reason or _reason(r.exit_code, r.verdicts, bool(r.verdicts))
+    worst = max((r.exit_code for r in results), default=0)
+    _print_summary(results, worst, time.perf_counter() - t0)
+    if run_dir is not None and run_dir.is_dir():
+        (run_dir / "job.json").write_text(json.dumps(
+            {"commit": git_commit(), "exit_code": worst, "wall_s": round(time.perf_counter() - t0, 1),
+             "steps": [r.__dict__ for r in results]}, indent=2) + "\n", encoding="utf-8")
+    return worst
+
+
+def _run_dir(args) -> Path | None:
+    """Where this commit's results went (the newest arch directory under the commit)."""
+    from harness.measure.envinfo import git_commit
+
+    root = Path(args.out) / git_commit()
+    dirs = sorted((d for d in root.glob("*") if d.is_dir()), key=lambda d: d.stat().st_mtime)
+    return dirs[-1] if dirs else None
+
+
+def _print_summary(results: list[StepResult], worst: int, wall: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"harness job: exit {worst} ({wall:.0f} s)", title_justify="left")
+    for col in ("step", "matrix", "rows", "verdicts", "exit", "reason"):
+        table.add_column(col, justify="right" if col in ("rows", "exit") else "left")
+    for r in results:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(r.verdicts.items())) or "-"
+        table.add_row(r.step, r.matrix, str(r.rows), counts, str(r.exit_code), r.reason)
+    Console(width=160, file=sys.stdout).print(table)
