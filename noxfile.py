@@ -105,14 +105,12 @@ def _bench(session: nox.Session, arch: str | None) -> None:
     session.env.setdefault("TINYLOOP_USE_MARLIN", os.environ.get("TINYLOOP_USE_MARLIN", "1"))
     session.env.setdefault("HARNESS_MARLIN_SM90", os.environ.get("HARNESS_MARLIN_SM90", "1"))
     args = ["--arch", arch] if arch else []
-    chosen = any(a.startswith(("--matrix", "-m", "--filter", "-f", "--paths")) for a in session.posargs)
-    if not chosen:   # the GEMMs, and SwiGLU's gate/up pair (fused native vs pairs of calls)
-        args += ["--matrix", "production,swiglu"]
-    session.run("python", "-m", "harness", "bench", *args, *session.posargs)
-    if not chosen:
-        # perplexity drift rows of the fixture, gated against baselines/<arch>/ppl.csv
-        session.run("python", "-m", "harness", "ppl", "--marlin-sm90", *(
-            ["--overwrite"] if "--overwrite" in session.posargs else []))
+    chosen = any(a.startswith(("--matrix", "-m", "--filter", "-f", "--paths", "--mode"))
+                 for a in session.posargs)
+    if chosen:       # a chosen part of the matrix: the bench alone
+        session.run("python", "-m", "harness", "bench", *args, *session.posargs)
+    else:            # the main job: production, swiglu and ppl, each gated, one summary
+        session.run("python", "-m", "harness", "job", *args, *session.posargs)
 
 
 for _arch in ARCHS:
