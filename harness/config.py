@@ -52,6 +52,7 @@ SETTING_TYPES: dict[str, type] = {
     "rel_err_growth": float,
     "rms_ulp_slack": float,
     "rms_ulp_growth": float,
+    "graph_idle_ratio": float,
 }
 
 #: Settings added after runs were first stored: a run's json without one was gated with
@@ -60,7 +61,7 @@ SETTING_TYPES: dict[str, type] = {
 #: the default preset's values.
 ADDED_LATER: dict[str, float | int] = {"accuracy_runs": 1, "fail_on_nondeterminism": 0,
                                        "rel_err_growth": 0.10, "rms_ulp_slack": 0.25,
-                                       "rms_ulp_growth": 0.10}
+                                       "rms_ulp_growth": 0.10, "graph_idle_ratio": 0.0}
 
 #: Settings that no longer exist: the per-element ULP gate (``max_ulp`` / ``p99_ulp``
 #: against the baseline's + max(ulp_tolerance, ulp_rel_tolerance x the baseline's)),
@@ -77,6 +78,7 @@ _DEFAULT_PRESETS: dict[str, dict[str, float | int]] = {
         "max_samples": 2000, "gate_eager_speed": 0,
         "accuracy_runs": 5, "fail_on_nondeterminism": 0,
         "rel_err_growth": 0.10, "rms_ulp_slack": 0.25, "rms_ulp_growth": 0.10,
+        "graph_idle_ratio": 1.0,
     },
     "strict": {
         "rel_err_gate": 1e-3, "min_effect": 0.02, "alpha": 0.01,
@@ -85,6 +87,7 @@ _DEFAULT_PRESETS: dict[str, dict[str, float | int]] = {
         "max_samples": 5000, "gate_eager_speed": 1,
         "accuracy_runs": 10, "fail_on_nondeterminism": 1,
         "rel_err_growth": 0.05, "rms_ulp_slack": 0.1, "rms_ulp_growth": 0.05,
+        "graph_idle_ratio": 1.0,
     },
     "permissive": {
         "rel_err_gate": 2e-3, "min_effect": 0.08, "alpha": 0.001,
@@ -93,6 +96,7 @@ _DEFAULT_PRESETS: dict[str, dict[str, float | int]] = {
         "max_samples": 1000, "gate_eager_speed": 0,
         "accuracy_runs": 3, "fail_on_nondeterminism": 0,
         "rel_err_growth": 0.25, "rms_ulp_slack": 0.5, "rms_ulp_growth": 0.25,
+        "graph_idle_ratio": 1.0,
     },
 }
 _DEFAULT_PRESET_NAME = "default"
@@ -124,6 +128,7 @@ class Settings:
     rel_err_growth: float = 0.10       # LESS_ACCURATE: rel_err above baseline x (1 + this)
     rms_ulp_slack: float = 0.25        # LESS_ACCURATE: rms_ulp_p99 above baseline + max(this,
     rms_ulp_growth: float = 0.10       #   rms_ulp_growth x baseline)
+    graph_idle_ratio: float = 0.0      # graph mode: untimed device idle after each batch, x its time
     source: str = PACKAGED_SOURCE
     overrides: tuple[str, ...] = ()
 

@@ -312,7 +312,8 @@ class Runner:
         return batch_calls(mode, per_call)
 
     def _timed(self, mode: str, step, calls: int, copies: int) -> TimingResult:
-        timer = make_timer(mode, step, calls, self.ctx.device, span=copies)
+        timer = make_timer(mode, step, calls, self.ctx.device, span=copies,
+                           idle_ratio=self.ctx.settings.graph_idle_ratio)
         try:
             return time_batches(timer, self.rule, self.read_clock if mode != "cpu" else None,
                                 calls_per_batch=calls, mode=mode)

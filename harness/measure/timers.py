@@ -154,12 +154,23 @@ class EventBatchTimer:
 class GraphBatchTimer:
     """R calls captured in a CUDA graph, replayed between two events; with ``span`` > R,
     one graph per slice of ``index_slices`` (R to 2R-1 calls each), replayed round-robin;
-    the per-call time divides by the replayed slice's length."""
+    the per-call time divides by the replayed slice's length.
+
+    ``idle_ratio``: after each batch the device is left idle for ``idle_ratio`` x the
+    batch's time (host sleep), so replays run at a bounded duty cycle. Why: back-to-back
+    replays of a compute-heavy GEMM (fp16 cuBLAS at M = 1024) hold an H200 at its power
+    cap; NVML showed the SM clock at 1500-1700 MHz with the software power-cap reason set
+    during graph replays and 1850-1980 MHz during eager batches of the same calls, and the
+    kernels inside the graph ran 4-6% longer than the same kernels eager (profiler). How
+    far the clock drops differs between GPUs and with temperature, which is what made
+    those rows move 6-12% between machines. At a 50% duty cycle (``idle_ratio`` 1) the
+    replays run unthrottled. The idle time is outside the events: it is not timed.
+    """
 
     mode = "graph"
 
     def __init__(self, step: Callable[[int], object], calls: int, device,
-                 span: int | None = None) -> None:
+                 span: int | None = None, idle_ratio: float = 0.0) -> None:
         import torch
 
         slices = index_slices(calls, check_calls_span(calls, span))
@@ -183,6 +194,9 @@ class GraphBatchTimer:
         self._next = 0
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
+        if not idle_ratio >= 0:
+            raise TimingError(f"idle_ratio: must be >= 0, got {idle_ratio!r}")
+        self.idle_ratio = float(idle_ratio)
 
     def __call__(self) -> float:
         g = self._next
@@ -191,7 +205,10 @@ class GraphBatchTimer:
         self.graphs[g].replay()
         self._end.record()
         self._torch.cuda.synchronize(self.device)
-        return self._start.elapsed_time(self._end) * 1e3 / self.lengths[g]
+        batch_ms = self._start.elapsed_time(self._end)
+        if self.idle_ratio > 0:
+            time.sleep(self.idle_ratio * batch_ms / 1e3)     # the device idles, untimed
+        return batch_ms * 1e3 / self.lengths[g]
 
     def close(self) -> None:
         for graph in self.graphs:
@@ -199,15 +216,17 @@ class GraphBatchTimer:
 
 
 def make_timer(mode: str, step: Callable[[int], object], calls: int, device=None,
-               span: int | None = None):
+               span: int | None = None, idle_ratio: float = 0.0):
     """The ``BatchTimer`` of ``mode`` (one of ``MODES``): R = ``calls`` per batch, rotating
-    over ``span`` step indices (None: ``calls``, every batch the same indices 0..R-1)."""
+    over ``span`` step indices (None: ``calls``, every batch the same indices 0..R-1);
+    ``idle_ratio`` is the graph timer's untimed idle after each batch (see
+    ``GraphBatchTimer``)."""
     if mode == "cpu":
         return CpuBatchTimer(step, calls, span)
     if mode == "cold":
         return EventBatchTimer(step, calls, device, span)
     if mode == "graph":
-        return GraphBatchTimer(step, calls, device, span)
+        return GraphBatchTimer(step, calls, device, span, idle_ratio=idle_ratio)
     raise TimingError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
 
 

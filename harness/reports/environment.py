@@ -139,7 +139,7 @@ class Environment:
 #: only changes how results are judged and is not compared.
 MEASURED_SETTINGS: tuple[str, ...] = (
     "warmup_ms", "max_case_seconds", "target_rel_spread", "min_samples", "max_samples",
-    "accuracy_runs", "modes", "cpu_threads",
+    "accuracy_runs", "graph_idle_ratio", "modes", "cpu_threads",
 )
 
 #: The timing modes ``harness bench`` records under ``modes`` in a run json's extra.
