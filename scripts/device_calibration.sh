@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call's worth of A/A calibration material on a GPU machine (one process of
 # each step), written under $OUT (or ./device-out): the main job (production + swiglu +
-# ppl, gated against the committed baselines), parity and edges, and a graph-mode
-# production run with the planted 5% slowdown on $PLANT (default fp16_cache).
+# ppl, gated against the committed baselines when there are any), a graph-mode production
+# run with the planted 5% slowdown on $PLANT (default fp16_cache), then parity and edges.
+# The results are packed after every step, so a call cut short still returns them.
 #   bash scripts/device_calibration.sh TAG
 set -uo pipefail
 tag=${1:-run}
@@ -16,22 +17,19 @@ else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 res=/tmp/res-$tag
-t0=$(date +%s)
-python3 -c "from harness.kernels.build import extension, build_info; extension(); print(build_info())" \
-  2>&1 | tail -2 | tee "$out/$tag-build.log"
-echo "build $(( $(date +%s) - t0 )) s" | tee -a "$out/$tag-times.txt"
-t1=$(date +%s)
-python3 -m harness job --arch sm90 --out "$res/aa" --no-progress > "$out/$tag-job.log" 2>&1
-echo "job rc=$? $(( $(date +%s) - t1 )) s" | tee -a "$out/$tag-times.txt"
+mkdir -p "$res"
+pack() { tar -C "$res" -czf "$out/$tag-results.tgz" . ; }
+step() {  # name, then the command
+  local name=$1; shift
+  local t1; t1=$(date +%s)
+  "$@" > "$out/$tag-$name.log" 2>&1
+  echo "$name rc=$? $(( $(date +%s) - t1 )) s" | tee -a "$out/$tag-times.txt"
+  pack
+}
+step build python3 -c "from harness.kernels.build import extension, build_info; extension(); print(build_info())"
+step job python3 -m harness job --arch sm90 --out "$res/aa" --no-progress
 tail -12 "$out/$tag-job.log"
-t1=$(date +%s)
-python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare \
-  > "$out/$tag-parity.log" 2>&1
-echo "parity+edges rc=$? $(( $(date +%s) - t1 )) s" | tee -a "$out/$tag-times.txt"
-t1=$(date +%s)
-HARNESS_PLANT_PATH=${PLANT:-fp16_cache} python3 -m harness bench --arch sm90 --matrix production \
-  --mode graph --out "$res/planted" --no-progress --plugin tests/planted/slowdown_plugin.py \
-  > "$out/$tag-planted.log" 2>&1
-echo "planted rc=$? $(( $(date +%s) - t1 )) s" | tee -a "$out/$tag-times.txt"
-grep "gate production" "$out/$tag-planted.log"
-tar -C "$res" -czf "$out/$tag-results.tgz" .
+step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
+  --matrix production --mode graph --out "$res/planted" --no-progress --no-compare \
+  --plugin tests/planted/slowdown_plugin.py
+step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare
