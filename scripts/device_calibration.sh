@@ -4,7 +4,7 @@
 # ppl, gated against the committed baselines when there are any), a graph-mode production
 # run with the planted 5% slowdown on $PLANT (default fp16_cache), then parity and edges.
 # The results are packed after every step, so a call cut short still returns them.
-#   bash scripts/device_calibration.sh TAG
+#   [STEPS="job planted parity"] bash scripts/device_calibration.sh TAG
 set -uo pipefail
 tag=${1:-run}
 out=${OUT:-device-out}
@@ -26,10 +26,11 @@ step() {  # name, then the command
   echo "$name rc=$? $(( $(date +%s) - t1 )) s" | tee -a "$out/$tag-times.txt"
   pack
 }
+steps=" ${STEPS:-job planted parity} "
 step build python3 -c "from harness.kernels.build import extension, build_info; extension(); print(build_info())"
-step job python3 -m harness job --arch sm90 --out "$res/aa" --no-progress
-tail -12 "$out/$tag-job.log"
-step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
+[[ $steps == *" job "* ]] && step job python3 -m harness job --arch sm90 --out "$res/aa" --no-progress \
+  && tail -12 "$out/$tag-job.log"
+[[ $steps == *" planted "* ]] && step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
   --matrix production --mode graph --out "$res/planted" --no-progress --no-compare \
   --plugin tests/planted/slowdown_plugin.py
-step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare
+[[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare
