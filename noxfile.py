@@ -19,6 +19,9 @@ import nox
 
 nox.options.sessions = ["tests", "lint"]
 nox.options.default_venv_backend = "venv"
+# A second run reuses the session's virtualenv; ``_cpu_env`` skips pip when nothing that
+# decides the install changed (see ``_install_stamp``). ``nox --reuse-venv=no`` starts over.
+nox.options.reuse_venv = "yes"
 
 #: The torch CPU CI installs first, so the project's "torch>=2.4" resolves to it.
 CPU_TORCH = os.environ.get("HARNESS_CPU_TORCH", "torch==2.13.0")
@@ -32,9 +35,29 @@ GPU_WHEELS = (
 ARCHS = {"sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0)}
 
 
+def _install_stamp(extras: tuple[str, ...]) -> str:
+    """What decides a CPU session's install: the torch pin, the extras, pyproject.toml."""
+    import hashlib
+
+    with open("pyproject.toml", "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()[:16]
+    return f"{CPU_TORCH} [{','.join(extras)}] {digest}"
+
+
 def _cpu_env(session: nox.Session, *extras: str) -> None:
+    """Install the CPU torch and the project (editable) into the session's venv, unless
+    the reused venv already holds exactly that install (a stamp file in the venv)."""
+    venv = getattr(session.virtualenv, "location", None)
+    stamp = os.path.join(venv, ".harness-install") if venv else None
+    want = _install_stamp(extras)
+    if stamp and os.path.isfile(stamp) and open(stamp, encoding="utf-8").read() == want:
+        session.log(f"reusing the installed environment ({want})")
+        return
     session.install(CPU_TORCH)
     session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+    if stamp:
+        with open(stamp, "w", encoding="utf-8") as fh:
+            fh.write(want)
 
 
 @nox.session(tags=["ci"])
@@ -58,8 +81,11 @@ def tests_gpu(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    session.install("ruff>=0.6")
+    """ruff, then the layer contracts of pyproject.toml's [tool.importlinter] (lint-imports
+    reads the package from this directory: no project install, no torch needed)."""
+    session.install("ruff>=0.6", "import-linter>=2.1")
     session.run("ruff", "check", "harness", "tests", "noxfile.py")
+    session.run("lint-imports")
 
 
 def _active_env(session: nox.Session, need_cuda: bool) -> tuple[int, int] | None:
@@ -131,11 +157,11 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(name="bench-cpu", default=False)
 def bench_cpu(session: nox.Session) -> None:
-    """The CPU paths on the smoke matrix (or the matrix after --), no GPU needed."""
+    """The CPU job, no GPU needed: the CPU paths on the smoke matrix and the g128 fixture's
+    perplexity, gated against baselines/cpu/ (accuracy, dispatch and completeness gate;
+    CPU timings are shown as information). Arguments after -- go to `harness job`."""
     _cpu_env(session)
-    session.run("harness", "bench", "--cpu", *(session.posargs or ["--matrix", "smoke", "--overwrite"]))
-    if not session.posargs:
-        session.run("harness", "ppl", "--cpu", "--fixture", "g128", "--overwrite")
+    session.run("harness", "job", "--cpu", "--overwrite", *session.posargs)
 
 
 @nox.session(python=False, name="bench-pytest", default=False)

@@ -1,28 +1,22 @@
 """The ``harness`` console script.
 
-Each package contributes its subcommands through a ``register(subparsers)`` function in
-its own ``cli`` module (listed in ``_COMMAND_MODULES``); this file only wires them up and
-turns the harness's own errors into one-line messages with a non-zero exit status.
+Wires the commands: each module of ``harness.commands`` contributes one subcommand through
+``register(subparsers)`` (listed in ``COMMANDS``, in help order) and runs it with
+``run(args)``. This file only builds the parser and turns the harness's expected errors
+(``harness.errors.EXPECTED_ERRORS``) into one line on stderr with exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
-#: Modules that define ``register(subparsers)``. A new command group = one entry here.
-_COMMAND_MODULES = (
-    "harness.cases.cli",
-    "harness.measure.cli",
-    "harness.reports.cli",
-    "harness.model.cli",
-    "harness.commands.job",
-)
+from .commands import baseline, bench, cases, compare, job, ppl, report, study
+from .errors import EXPECTED_ERRORS, one_line
 
-
-class HarnessError(Exception):
-    """An expected failure with a one-line message (bad input, refused comparison...)."""
+#: The command modules, in the order ``harness --help`` lists them. A new command = one
+#: module with ``register(sub)`` and ``run(args)``, and one entry here.
+COMMANDS = (cases, bench, job, ppl, report, compare, baseline, study)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,14 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="harness", description="Benchmark and validate TinyLoop's INT4 GEMM paths."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for modname in _COMMAND_MODULES:
-        try:
-            mod = importlib.import_module(modname)
-        except ModuleNotFoundError as exc:
-            if exc.name == modname:  # that command group is not part of this build
-                continue
-            raise
-        mod.register(sub)
+    for module in COMMANDS:
+        module.register(sub)
     return parser
 
 
@@ -46,9 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (HarnessError, ValueError, KeyError, FileNotFoundError) as exc:
-        msg = exc.args[0] if isinstance(exc, KeyError) and exc.args else exc
-        print(f"harness {args.command}: error: {msg}", file=sys.stderr)
+    except EXPECTED_ERRORS as exc:
+        print(f"harness {args.command}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"harness {args.command}: interrupted", file=sys.stderr)

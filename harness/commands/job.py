@@ -23,6 +23,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
+from ..errors import EXPECTED_ERRORS, one_line
+from ..reports.verdicts import FAILING
+from ..results.store import read_meta, read_rows
+from . import bench, ppl
+
 #: (step name, matrix) of the job, in order; ``--cpu``: the CPU paths on the smoke matrix
 #: and the g128 fixture (CPU timings are information: the gate there is accuracy,
 #: dispatch and completeness)
@@ -77,8 +85,6 @@ def _common(args) -> list[str]:
 
 def _gate_record(run_dir: Path, matrix: str) -> tuple[int, dict]:
     """(rows, verdict counts) of a stored matrix from its json's ``gate`` record."""
-    from harness.reports.store import read_meta, read_rows
-
     csv_path = run_dir / f"{matrix}.csv"
     if not csv_path.is_file():
         return 0, {}
@@ -88,8 +94,6 @@ def _gate_record(run_dir: Path, matrix: str) -> tuple[int, dict]:
 
 
 def _reason(code: int, counts: dict, stored: bool) -> str:
-    from harness.reports.gate import FAILING
-
     failing = {k: n for k, n in counts.items() if k in {v.value for v in FAILING}}
     if code == 0:
         return "passed" if stored else "passed (no gate record)"
@@ -99,12 +103,27 @@ def _reason(code: int, counts: dict, stored: bool) -> str:
     return "stopped by an error (see the step's output)"
 
 
-def _run_step(argv: list[str]) -> tuple[int, str]:
-    """Run one ``harness`` command in this process; (exit code, error line or "")."""
-    from harness.cli import main
+def _step_parser() -> argparse.ArgumentParser:
+    """The parser of the commands a step runs (``harness bench``, ``harness ppl``)."""
+    parser = argparse.ArgumentParser(prog="harness")
+    sub = parser.add_subparsers(dest="command", required=True)
+    bench.register(sub)
+    ppl.register(sub)
+    return parser
 
+
+def _run_step(argv: list[str]) -> tuple[int, str]:
+    """Run one step's command in this process; (exit code, error line or "").
+
+    An expected error is printed as the console script prints it (one line, exit 2);
+    any other exception stops only this step and is named in the summary."""
     try:
-        return int(main(argv) or 0), ""
+        args = _step_parser().parse_args(argv)
+        try:
+            return int(args.func(args) or 0), ""
+        except EXPECTED_ERRORS as exc:
+            print(f"harness {args.command}: error: {one_line(exc)}", file=sys.stderr)
+            return 2, ""
     except SystemExit as exc:         # argparse and the bench's own exits
         return (exc.code if isinstance(exc.code, int) else 2), ""
     except Exception as exc:          # noqa: BLE001 - a crash of one step must not stop the next
@@ -112,7 +131,7 @@ def _run_step(argv: list[str]) -> tuple[int, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.measure.envinfo import git_commit
+    from harness.measure.envinfo import git_commit  # heavy: torch (the engine)
 
     steps = CPU_STEPS if args.cpu else STEPS
     wanted = [s.strip() for s in (args.steps or ",".join(s for s, _ in steps)).split(",") if s.strip()]
@@ -141,7 +160,7 @@ def run(args: argparse.Namespace) -> int:
         ppl = ["--cpu", "--fixture", "g128"] if args.cpu else ["--marlin-sm90"]
         code, err = _run_step(["ppl", *ppl, *_common(args)])
         results.append(StepResult("ppl", "ppl", code, seconds=time.perf_counter() - t1, reason=err))
-    run_dir = _run_dir(args)
+    run_dir = _run_dir(args, git_commit())
     for r in results:
         r.rows, r.verdicts = _gate_record(run_dir, r.matrix) if run_dir else (0, {})
         if r.step != "ppl" and r.exit_code and r.verdicts:
@@ -158,19 +177,14 @@ def run(args: argparse.Namespace) -> int:
     return worst
 
 
-def _run_dir(args) -> Path | None:
+def _run_dir(args, commit: str) -> Path | None:
     """Where this commit's results went (the newest arch directory under the commit)."""
-    from harness.measure.envinfo import git_commit
-
-    root = Path(args.out) / git_commit()
+    root = Path(args.out) / commit
     dirs = sorted((d for d in root.glob("*") if d.is_dir()), key=lambda d: d.stat().st_mtime)
     return dirs[-1] if dirs else None
 
 
 def _print_summary(results: list[StepResult], worst: int, wall: float) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
     table = Table(title=f"harness job: exit {worst} ({wall:.0f} s)", title_justify="left")
     for col in ("step", "matrix", "rows", "verdicts", "exit", "reason"):
         table.add_column(col, justify="right" if col in ("rows", "exit") else "left")

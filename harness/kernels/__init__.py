@@ -1,9 +1,10 @@
-"""Kernels: one module per GEMM path behind ``base.GemmPath``, Marlin packing, reference
-math, the dispatcher model (``dispatch``), the project's CUDA sources (``csrc/``) and
-their JIT build (``build``). ``load_all()`` imports every path module so each registers
-itself in ``PATHS``.
+"""Kernels: the path contract (``base.GemmPath``) and one module per GEMM path, Marlin as one
+subpackage (``marlin``: facts, packing, providers, correction variants, the ``marlin_asym``
+path, the ``marlin_fused_zero`` peer), reference math (``reference``), the dispatcher model
+(``dispatch``, pure) and its executor (``quant_gemm``), the SwiGLU pair paths
+(``swiglu_pair``), the project's CUDA sources (``csrc/``) and their JIT build (``build``).
+
+``registry_load.load_all()`` is the one place that imports every built-in path module and
+registers it in ``base.PATHS``. This ``__init__`` imports nothing, so a light module
+(``dispatch``, ``marlin.facts``) can be imported without loading any path.
 """
-
-from .registry_load import load_all  # noqa: F401
-
-__all__ = ["load_all"]

@@ -1,9 +1,11 @@
 """The one JIT-built CUDA extension: the harness's own kernels plus quanto's Marlin source.
 
-``extension()`` compiles ``harness/kernels/csrc/*`` (native INT4, the correction kernels
-and their torch/pybind glue) and, when optimum-quanto is installed, quanto's
-``marlin_cuda_kernel.cu`` (located inside the installed package at run time, never copied
-into this repository) into one module with ``torch.utils.cpp_extension.load``.
+``extension()`` compiles every ``.cu``/``.cpp`` in ``harness/kernels/csrc/`` (native INT4,
+the seed's correction kernels, the correction variants, one file per variant family
+sharing ``correction_variants.cuh``, and their torch/pybind glue; every header enters the
+hash) and, when optimum-quanto is installed, quanto's ``marlin_cuda_kernel.cu`` (located
+inside the installed package at run time, never copied into this repository) into one
+module with ``torch.utils.cpp_extension.load``.
 
 * Compiled for the GPU in use only: ``-gencode=arch=compute_XY,code=sm_XY``.
 * Cached by a hash of every source, the flags, the arch, torch's and CUDA's versions: the
@@ -91,14 +93,14 @@ def build_root() -> Path:
 def _check_toolchain() -> tuple[object, str, str]:
     """(torch, arch tag "XY", cuda version) or BuildError naming what is missing."""
     try:
-        import torch
+        import torch  # the extension build: build.py stays importable without torch
     except ImportError as exc:  # pragma: no cover - torch is a dependency
         raise BuildError(f"torch is not importable: {exc}") from None
     if torch.version.cuda is None:
         raise BuildError(f"torch {torch.__version__} is a CPU build; the CUDA paths need a CUDA build of torch")
     if not torch.cuda.is_available():
         raise BuildError("no CUDA GPU is visible to torch (torch.cuda.is_available() is False)")
-    from torch.utils import cpp_extension
+    from torch.utils import cpp_extension  # the extension build: loaded only when building
 
     nvcc = Path(cpp_extension.CUDA_HOME or "", "bin", "nvcc")
     if not (cpp_extension.CUDA_HOME and nvcc.is_file()) and shutil.which("nvcc") is None:
@@ -113,7 +115,7 @@ def _check_toolchain() -> tuple[object, str, str]:
 
 
 def _nvcc_version() -> str:
-    from torch.utils import cpp_extension
+    from torch.utils import cpp_extension  # the extension build: loaded only when building
 
     nvcc = str(Path(cpp_extension.CUDA_HOME or "", "bin", "nvcc"))
     if not Path(nvcc).is_file():
@@ -150,7 +152,7 @@ _STATE: dict[str, object] = {}
 
 def _build() -> tuple[ModuleType, BuildInfo]:
     torch, arch, cuda_version = _check_toolchain()
-    from torch.utils import cpp_extension
+    from torch.utils import cpp_extension  # the extension build: loaded only when building
 
     marlin_dir, marlin_reason = quanto_marlin_dir()
     mine = own_sources()

@@ -14,37 +14,45 @@ correction when ALL of these hold; else native INT4:
 Per-row weights (group_size == K) are handed to Marlin as groupsize -1. After the call a
 non-zero Marlin status also falls back to native INT4, recorded with the status.
 
-The decision logic (``decide``, ``decide_for_case``, ``expected_marlin_rc``) is pure and
-CPU-testable; ``QuantGemm`` executes it for one weight and records every call. The first
-successful Marlin dispatch of the process is logged on stderr exactly like TinyLoop:
-``[marlin] first dispatch ok: BT=... N=... K=... gs=...``.
+The model is a pure function of (case, environment facts): ``DispatchEnv.detect`` gathers
+the facts once (the GPU's capability, the environment variables and API toggle resolved
+into ``DispatchSettings``), ``decide_case(case, env)`` / ``decide(traits, M, capability,
+settings)`` decide from them alone. It imports no path module: what it knows of Marlin is
+``harness.kernels.marlin.facts`` (the launcher's status model, the -1 translation, the
+packer's shape limits). ``harness.kernels.quant_gemm.QuantGemm`` executes a decision with
+the real paths.
 """
 
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 import torch
 
 from harness.cases.case import GemmCase
 from harness.cases.data import QuantizedWeight
 
+from .base import PAIR_KIND
+from .marlin.facts import expected_marlin_rc, marlin_groupsize_for, packable, rc_meaning
+
+__all__ = [
+    "FUSED_NAME", "FUSED_REASON", "HOPPER", "MARLIN_ENV", "PATH_FP16", "PATH_MARLIN", "PATH_NATIVE",
+    "SM90_ENV", "TINYLOOP_MARLIN_ARCHS", "Decision", "DispatchEnv", "DispatchSettings", "WeightTraits",
+    "decide", "decide_case", "decide_for_case", "expected_marlin_rc", "marlin_arch_reason",
+    "marlin_failures", "marlin_groupsize_for", "packable", "rc_meaning", "set_marlin_dispatch",
+]
+
 MARLIN_ENV = "TINYLOOP_USE_MARLIN"
 SM90_ENV = "HARNESS_MARLIN_SM90"
 TINYLOOP_MARLIN_ARCHS: tuple[tuple[int, int], ...] = ((8, 0), (8, 6), (8, 9))
 HOPPER = (9, 0)
 PATH_FP16, PATH_MARLIN, PATH_NATIVE = "fp16_cache", "marlin_asym", "native_int4"
-
-
-class UnsupportedCase(ValueError):
-    """A path cannot take this particular weight/shape (raised by ``prepare``); one line."""
-
+#: TinyLoop's ``quant_swiglu``: the fused gate+up native kernel, what a pair case runs.
+FUSED_NAME = "native_int4_fused"
+FUSED_REASON = "quant_swiglu (fused gate+up native kernel) is not Marlin-dispatched"
 
 _API_TOGGLE: bool | None = None
-_FIRST_LOGGED = False
 
 
 def set_marlin_dispatch(enabled: bool | None) -> None:
@@ -53,24 +61,19 @@ def set_marlin_dispatch(enabled: bool | None) -> None:
     _API_TOGGLE = None if enabled is None else bool(enabled)
 
 
-def reset_first_dispatch_log() -> None:
-    """Forget that the first Marlin dispatch was logged (tests)."""
-    global _FIRST_LOGGED
-    _FIRST_LOGGED = False
-
-
 def _env_flag(name: str) -> bool:
     return os.environ.get(name, "").strip() == "1"
 
 
 @dataclass(frozen=True)
 class DispatchSettings:
-    """The dispatcher's knobs. None fields are read from the environment / API toggle."""
+    """The dispatcher's knobs. None fields are read from the environment / API toggle
+    (``resolved()`` reads them once; a resolved copy makes the model pure)."""
 
     marlin_enabled: bool | None = None
     allow_sm90: bool | None = None
     marlin_archs: tuple[tuple[int, int], ...] = TINYLOOP_MARLIN_ARCHS
-    translate_per_row: bool = True      # False plants TinyLoop's first defect (rc 2)
+    translate_per_row: bool = True      # False: TinyLoop's first defect (groupsize K, rc 2)
     min_bt: int = 16
     tile: int = 128
 
@@ -84,9 +87,35 @@ class DispatchSettings:
     def sm90_allowed(self) -> bool:
         return self.allow_sm90 if self.allow_sm90 is not None else _env_flag(SM90_ENV)
 
+    def resolved(self) -> DispatchSettings:
+        """These settings with every environment-dependent field read now."""
+        return replace(self, marlin_enabled=self.enabled(), allow_sm90=self.sm90_allowed())
+
     def archs(self) -> tuple[tuple[int, int], ...]:
         extra = (HOPPER,) if self.sm90_allowed() and HOPPER not in self.marlin_archs else ()
         return tuple(self.marlin_archs) + extra
+
+
+def _capability(device: torch.device) -> tuple[int, int] | None:
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class DispatchEnv:
+    """The environment facts the dispatcher reads: the GPU's capability (None: no CUDA
+    GPU), the resolved settings and, when known, why Marlin cannot run here."""
+
+    capability: tuple[int, int] | None
+    settings: DispatchSettings
+    marlin_reason: str | None = None
+
+    @classmethod
+    def detect(cls, device: torch.device, settings: DispatchSettings | None = None,
+               marlin_reason: str | None = None) -> DispatchEnv:
+        """The facts of ``device`` and this process's environment, read once."""
+        return cls(_capability(device), (settings or DispatchSettings()).resolved(), marlin_reason)
 
 
 @dataclass(frozen=True)
@@ -106,15 +135,6 @@ class WeightTraits:
            has_marlin_pack: bool = True) -> WeightTraits:
         return cls(weight.K, weight.N, weight.group_size, weight.bits, weight.exact_int4,
                    has_fp16_cache, has_marlin_pack)
-
-
-def packable(K: int, N: int) -> bool:
-    """Whether the load-time Marlin packer takes this shape (K % 16, N % 64)."""
-    return K % 16 == 0 and N % 64 == 0
-
-
-def marlin_groupsize_for(group_size: int, K: int, translate: bool = True) -> int:
-    return -1 if translate and group_size == K else group_size
 
 
 @dataclass(frozen=True)
@@ -178,7 +198,7 @@ def marlin_failures(traits: WeightTraits, M: int, capability: tuple[int, int] | 
 
 def decide(traits: WeightTraits, M: int, capability: tuple[int, int] | None,
            settings: DispatchSettings | None = None, marlin_reason: str | None = None) -> Decision:
-    """TinyLoop's branch order, before any kernel runs (pure)."""
+    """TinyLoop's branch order, before any kernel runs (pure for resolved ``settings``)."""
     settings = settings or DispatchSettings()
     if traits.has_fp16_cache:
         return Decision(PATH_FP16)
@@ -189,194 +209,27 @@ def decide(traits: WeightTraits, M: int, capability: tuple[int, int] | None,
     return Decision(PATH_MARLIN, gs, (), note)
 
 
-# Marlin's kernel table (marlin_cuda's CALL_IF list): (thread_m_blocks, thread_n_blocks,
-# thread_k_blocks) x group_blocks in {-1, 8}.
-_MARLIN_TILES = {(1, 8, 8), (1, 16, 4), (2, 16, 4), (3, 16, 4), (4, 16, 4)}
-_MARLIN_GROUP_BLOCKS = {-1, 8}
-
-
-def expected_marlin_rc(M: int, N: int, K: int, groupsize: int, max_par: int = 16) -> int:
-    """The status marlin_cuda returns for this problem with default thread sizes (a model)."""
-    thread_k, thread_n = (128, 128) if M <= 16 else (64, 256)
-    group_blocks = -1 if groupsize == -1 else groupsize // 16
-    if N % thread_n or K % thread_k or (group_blocks != -1 and K % group_blocks):
-        return 1
-    if M == 0:
-        return 0
-    tot = -(-M // 16)
-    pad = 16 * tot - M
-    rc, i = 0, 0
-    while i < tot:
-        m_blocks = tot - i
-        if m_blocks > 4:
-            par = min(max((16 * m_blocks - pad) // 64, 1), max_par)
-            i += 4 * (par - 1)
-            m_blocks = 4
-        if (m_blocks, thread_n // 16, thread_k // 16) not in _MARLIN_TILES \
-                or group_blocks not in _MARLIN_GROUP_BLOCKS:
-            rc = 2
-        i += 4
-    return rc
-
-
-def _capability(device: torch.device) -> tuple[int, int] | None:
-    if device.type != "cuda" or not torch.cuda.is_available():
-        return None
-    return tuple(torch.cuda.get_device_capability(device))  # type: ignore[return-value]
-
-
-def decide_for_case(case: GemmCase, device: torch.device,
-                    settings: DispatchSettings | None = None) -> Decision:
-    """What TinyLoop would run for ``case`` on ``device`` (the runner's dispatch column).
+def decide_case(case: GemmCase, env: DispatchEnv) -> Decision:
+    """What TinyLoop would run for ``case`` given the environment facts ``env`` (pure).
 
     The weight carries no fp16 cache and has a Marlin pack when the packer takes its shape.
     When Marlin would be called, its status is predicted with ``expected_marlin_rc``; a
-    non-zero one is reported as the fallback it causes.
+    non-zero one is reported as the fallback it causes. A SwiGLU pair runs TinyLoop's fused
+    ``quant_swiglu``, never Marlin.
     """
-    if case.kind == "swiglu_pair":        # TinyLoop's quant_swiglu: the fused native kernel
-        from .swiglu_pair import FUSED_NAME, FUSED_REASON
-
+    if case.kind == PAIR_KIND:
         return Decision(FUSED_NAME, None, (FUSED_REASON,))
-    settings = settings or DispatchSettings()
     traits = WeightTraits(case.K, case.N, case.group_size, has_marlin_pack=packable(case.K, case.N))
-    d = decide(traits, case.M, _capability(device), settings)
+    d = decide(traits, case.M, env.capability, env.settings, env.marlin_reason)
     if d.path == PATH_MARLIN:
         rc = expected_marlin_rc(case.M, case.N, case.K, d.marlin_groupsize)
         if rc:
             return Decision(PATH_NATIVE, d.marlin_groupsize,
-                            (f"Marlin returned rc={rc} (predicted: {_rc_text(rc)})",), d.arch_note)
+                            (f"Marlin returned rc={rc} (predicted: {rc_meaning(rc)})",), d.arch_note)
     return d
 
 
-def _rc_text(rc: int) -> str:
-    from .marlin_providers import rc_meaning
-
-    return rc_meaning(rc)
-
-
-@dataclass(frozen=True)
-class DispatchRecord:
-    """One quant_gemm call: which path ran and, for a fallback, why."""
-
-    M: int
-    N: int
-    K: int
-    group_size: int
-    path: str
-    marlin_groupsize: int | None = None
-    marlin_rc: int | None = None
-    fallback_reason: str = ""
-    arch_note: str = ""
-
-
-MarlinCall = Callable[[torch.Tensor, torch.Tensor, int], int]
-GemmCall = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-@dataclass
-class QuantGemm:
-    """``quant_gemm`` for one weight on one device, recording every call in ``records``.
-
-    ``marlin_call(A, out, groupsize) -> rc`` and ``native_call(A, out)`` default to the
-    harness paths (``marlin_asym``'s ``marlin_mm_asymmetric`` and ``native_int4``); tests
-    inject fakes. ``capability`` and ``marlin_reason`` override what the device reports.
-    """
-
-    weight: QuantizedWeight
-    device: torch.device
-    settings: DispatchSettings = field(default_factory=DispatchSettings)
-    fp16_cache: bool = False
-    marlin_pack: bool = True
-    capability: tuple[int, int] | None = None
-    marlin_reason: str | None = None
-    marlin_call: MarlinCall | None = None
-    native_call: GemmCall | None = None
-    records: list[DispatchRecord] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        from .marlin_pack import MarlinPackError
-
-        self.weight = self.weight.to(self.device)
-        if self.capability is None:
-            self.capability = _capability(self.device)
-        self._prepared: dict[str, object] = {}
-        self._has_pack = False
-        if self.marlin_pack and self.marlin_call is None:
-            self.marlin_reason = self.marlin_reason or self._default_marlin_reason()
-            if self.marlin_reason is None:
-                try:
-                    self._prepare_marlin()
-                    self._has_pack = True
-                except MarlinPackError:
-                    self._has_pack = False
-        elif self.marlin_pack:
-            self._has_pack = packable(self.weight.K, self.weight.N)
-        if self.fp16_cache:
-            self._prepared[PATH_FP16] = self._path(PATH_FP16).prepare(self.weight, self.device)
-
-    # -- defaults backed by the harness paths ----------------------------------------
-    @staticmethod
-    def _path(name: str):
-        from . import registry_load
-        from .base import PATHS
-
-        registry_load.load_all()
-        return PATHS.get(name)
-
-    def _default_marlin_reason(self) -> str | None:
-        return self._path(PATH_MARLIN).unavailable_reason(self.device) if self.device.type == "cuda" \
-            else "no CUDA GPU"
-
-    def _prepare_marlin(self) -> None:
-        from .marlin_asym import new_workspace
-        from .marlin_pack import marlin_pack_asymmetric
-        from .marlin_providers import get_provider
-
-        gs = marlin_groupsize_for(self.weight.group_size, self.weight.K, self.settings.translate_per_row)
-        pack = marlin_pack_asymmetric(self.weight, formula=get_provider().formula(gs))
-        self._prepared["pack"] = pack
-        self._prepared["workspace"] = new_workspace(self.weight.N, self.device)
-
-    def _run_marlin(self, A: torch.Tensor, out: torch.Tensor, gs: int) -> int:
-        if self.marlin_call is not None:
-            return int(self.marlin_call(A, out, gs))
-        from .marlin_asym import marlin_mm_asymmetric
-
-        return marlin_mm_asymmetric(A, self._prepared["pack"], out, self._prepared["workspace"],
-                                    groupsize=gs)
-
-    def _run_native(self, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        if self.native_call is not None:
-            return self.native_call(A, out)
-        if PATH_NATIVE not in self._prepared:
-            self._prepared[PATH_NATIVE] = self._path(PATH_NATIVE).prepare(self.weight, self.device)
-        return self._path(PATH_NATIVE).run(self._prepared[PATH_NATIVE], A, out)
-
-    # -- the call ------------------------------------------------------------------------
-    def __call__(self, A: torch.Tensor, out: torch.Tensor) -> DispatchRecord:
-        global _FIRST_LOGGED
-        w = self.weight
-        M = A.shape[0]
-        traits = WeightTraits.of(w, self.fp16_cache, self._has_pack)
-        d = decide(traits, M, self.capability, self.settings, self.marlin_reason)
-        base = dict(M=M, N=w.N, K=w.K, group_size=w.group_size, arch_note=d.arch_note)
-        if d.path == PATH_FP16:
-            self._path(PATH_FP16).run(self._prepared[PATH_FP16], A, out)
-            rec = DispatchRecord(path=PATH_FP16, **base)
-        elif d.path == PATH_MARLIN:
-            rc = self._run_marlin(A, out, d.marlin_groupsize)
-            if rc == 0:
-                if not _FIRST_LOGGED:
-                    print(f"[marlin] first dispatch ok: BT={M} N={w.N} K={w.K} gs={d.marlin_groupsize}",
-                          file=sys.stderr, flush=True)
-                    _FIRST_LOGGED = True
-                rec = DispatchRecord(path=PATH_MARLIN, marlin_groupsize=d.marlin_groupsize, marlin_rc=0, **base)
-            else:
-                self._run_native(A, out)
-                rec = DispatchRecord(path=PATH_NATIVE, marlin_groupsize=d.marlin_groupsize, marlin_rc=rc,
-                                     fallback_reason=f"Marlin returned rc={rc} ({_rc_text(rc)})", **base)
-        else:
-            self._run_native(A, out)
-            rec = DispatchRecord(path=PATH_NATIVE, fallback_reason=d.fallback_reason, **base)
-        self.records.append(rec)
-        return rec
+def decide_for_case(case: GemmCase, device: torch.device,
+                    settings: DispatchSettings | None = None) -> Decision:
+    """``decide_case`` with the facts of ``device`` and this process (the runner's column)."""
+    return decide_case(case, DispatchEnv.detect(device, settings))

@@ -11,7 +11,7 @@ import torch
 
 from harness.cases.data import QuantizedWeight
 
-from .base import PATHS, GemmPath, Prepared
+from .base import GemmPath, Prepared
 
 
 class Fp16CachePath(GemmPath):
@@ -20,11 +20,13 @@ class Fp16CachePath(GemmPath):
     name = "fp16_cache"
     role = "path"
     description = "fp16 dequantized weight cache + torch.matmul (cuBLAS)"
+    weight_formula = "fp16 weight K*N*2"
 
     def unavailable_reason(self, device: torch.device) -> str | None:
-        if device.type in ("cpu", "cuda"):
-            return None
-        return f"fp16_cache runs on cpu or cuda, not {device.type!r}"
+        return self.arch_reason(device)
+
+    def weight_bytes(self, K: int, N: int, groups: int) -> int:
+        return K * N * 2                  # the dequantized cache: scales and zeros folded in
 
     def implementation(self, device: torch.device) -> str:
         if device.type == "cpu":
@@ -41,6 +43,3 @@ class Fp16CachePath(GemmPath):
     def run(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         torch.matmul(A, prepared.state["W"], out=out)
         return out
-
-
-PATH = PATHS.register(Fp16CachePath())

@@ -19,7 +19,7 @@ import torch
 
 from harness.cases.data import QuantizedWeight
 
-from .base import PATHS, GemmPath, Prepared
+from .base import GemmPath, Prepared, int4_weight_bytes
 from .build import BuildError, extension, extension_unavailable_reason
 
 CODES_PER_WORD = 8
@@ -71,13 +71,17 @@ class NativeInt4Path(GemmPath):
     name = "native_int4"
     role = "path"
     description = "scalar CUDA kernel: one thread per output, loop over K, fp32 accumulation"
+    weight_formula = "int4 K*N/2 + fp16 scale G*N*2 + fp16 zero G*N*2"
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         if device.type == "cpu":
             return None
         if device.type != "cuda":
             return f"no native INT4 implementation for device type {device.type!r}"
-        return extension_unavailable_reason()
+        return extension_unavailable_reason()        # says why when there is no usable GPU
+
+    def weight_bytes(self, K: int, N: int, groups: int) -> int:
+        return int4_weight_bytes(K, N, groups, 2 + 2)
 
     def implementation(self, device: torch.device) -> str:
         if device.type == "cpu":
@@ -112,6 +116,3 @@ class NativeInt4Path(GemmPath):
             raise RuntimeError(str(exc)) from None
         ext.native_int4_gemm(A, st["Bq"], st["scale"], st["zero"], out, prepared.weight.group_size)
         return out
-
-
-PATH = PATHS.register(NativeInt4Path())

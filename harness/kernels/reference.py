@@ -18,7 +18,7 @@ import torch
 
 from harness.cases.data import QuantizedWeight
 
-from .marlin_pack import FORMULAS, MarlinPack, unpack_codes, unpermute_scales
+from .marlin.pack import FORMULAS, MarlinPack, unpack_codes, unpermute_scales
 
 
 class ReferenceInputError(ValueError):

@@ -10,11 +10,13 @@ reference is the same expression in float64 on the exactly dequantized weights
   TinyLoop does not have yet; rows keep the inner path's name (the case id says "pair").
 * ``FusedNativeSwiGLU`` (path name ``native_int4_fused``): TinyLoop's ``quant_swiglu`` as
   it runs today, modelled as ONE native INT4 GEMM over [W_gate | W_up] (N doubled), then
-  SiLU x mul; never Marlin-dispatched (``FUSED_REASON``). It is what the dispatcher column
-  of a pair case names.
+  SiLU x mul; never Marlin-dispatched (``dispatch.FUSED_REASON``). It is what the
+  dispatcher column of a pair case names.
 
-The runner turns the paths it was given into pair paths with ``paths_for_case``; neither
-kind is registered in ``PATHS``, so GEMM cases never show pair rows.
+Both answer the path contract from the path they wrap (availability, shapes, byte model,
+error bound, Marlin flag, nondeterminism). The runner turns the paths it was given into
+pair paths with ``paths_for_case``; neither kind is registered in ``PATHS``, so GEMM cases
+never show pair rows.
 
 Extension point: a new way to run the pair is a ``GemmPath`` with ``kinds =
 ("swiglu_pair",)`` whose ``prepare`` takes the (gate, up) tuple, added in ``paths_for_case``.
@@ -27,12 +29,12 @@ import torch.nn.functional as F
 
 from harness.cases.data import QuantizedWeight
 
-from .base import GemmPath, Prepared
+from .base import PAIR_KIND, GemmPath, Prepared
+from .dispatch import FUSED_NAME, FUSED_REASON
 from .reference import reference_fp64
 
-PAIR_KIND = "swiglu_pair"
-FUSED_NAME = "native_int4_fused"
-FUSED_REASON = "quant_swiglu (fused gate+up native kernel) is not Marlin-dispatched"
+__all__ = ["FUSED_NAME", "FUSED_REASON", "PAIR_KIND", "FusedNativeSwiGLU", "PairPath", "case_weights",
+           "concat_n", "paths_for_case", "reference_case", "silu_mul"]
 
 
 def concat_n(a: QuantizedWeight, b: QuantizedWeight) -> QuantizedWeight:
@@ -79,10 +81,18 @@ class PairPath(GemmPath):
     def __init__(self, inner: GemmPath) -> None:
         self.inner = inner
         self.name, self.role, self.nondeterminism = inner.name, inner.role, inner.nondeterminism
+        self.is_marlin, self.device_types = inner.is_marlin, inner.device_types
+        self.min_capability, self.weight_formula = inner.min_capability, inner.weight_formula
         self.description = f"SwiGLU pair: two {inner.name} calls, then SiLU x mul"
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         return self.inner.unavailable_reason(device)
+
+    def weight_bytes(self, K: int, N: int, groups: int) -> int:
+        return self.inner.weight_bytes(K, N, groups)
+
+    def error_bound(self, case) -> tuple[float, str]:
+        return self.inner.error_bound(case)
 
     def unsupported_reason(self, case) -> str | None:
         if case.kind != PAIR_KIND:
@@ -115,10 +125,18 @@ class FusedNativeSwiGLU(GemmPath):
 
     def __init__(self, native: GemmPath) -> None:
         self.native, self.role, self.nondeterminism = native, native.role, native.nondeterminism
+        self.device_types, self.min_capability = native.device_types, native.min_capability
+        self.weight_formula = native.weight_formula
         self.description = "quant_swiglu modelled: one native_int4 GEMM over [W_gate | W_up], SiLU x mul"
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         return self.native.unavailable_reason(device)
+
+    def weight_bytes(self, K: int, N: int, groups: int) -> int:
+        return self.native.weight_bytes(K, N, groups)    # [gate | up] is two [K, N] weights
+
+    def error_bound(self, case) -> tuple[float, str]:
+        return self.native.error_bound(case)
 
     def unsupported_reason(self, case) -> str | None:
         if case.kind != PAIR_KIND:

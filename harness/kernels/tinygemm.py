@@ -13,6 +13,9 @@ uint8 [N, K/2], innerKTiles)`` with byte j of row n = (q[n, 2j] << 4) | q[n, 2j+
 scales and zeros go in one bf16 tensor [K/gs, N, 2]. Older torch took int32 [N, K]; that
 form is tried second and ``Prepared.notes`` says which one was used. ``run`` copies the
 op's fresh result into ``out`` (the op has no out= form): one extra small copy per call.
+
+Error bound: bf16 operands land between 1e-3 and 1e-2 (measured 4.3e-3 to 5.1e-3 on an
+H200 over the parity matrix), so the peer is held to ``BF16_GATE``.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import torch
 
 from harness.cases.data import QuantizedWeight
 
-from .base import PATHS, GemmPath, Prepared
-from .dispatch import UnsupportedCase
+from .base import GemmPath, Prepared, UnsupportedCase, int4_weight_bytes
 
 GROUP_SIZES = (32, 64, 128, 256)
+#: The bound of a bf16 path (see the module docstring).
+BF16_GATE = 1e-2
 
 
 def _ops_reason() -> str | None:
@@ -52,16 +56,21 @@ def inner_k_tiles(K: int) -> int:
     raise UnsupportedCase(f"tinygemm needs K % 32 == 0, got K={K}")
 
 
-def tinygemm_unsupported_reason(weight: QuantizedWeight) -> str | None:
-    if weight.group_size not in GROUP_SIZES:
-        kind = " (per-row)" if weight.group_size == weight.K else ""
+def tinygemm_shape_reason(K: int, N: int, group_size: int) -> str | None:
+    """Why tinygemm has no kernel for a [K, N] weight in groups of ``group_size``, or None."""
+    if group_size not in GROUP_SIZES:
+        kind = " (per-row)" if group_size == K else ""
         return (f"tinygemm supports group sizes {', '.join(map(str, GROUP_SIZES))}; "
-                f"this weight has group_size={weight.group_size}{kind}")
-    if weight.K % 32:
-        return f"tinygemm needs K % 32 == 0, got K={weight.K}"
-    if weight.N % 8:
-        return f"tinygemm needs N % 8 == 0, got N={weight.N}"
+                f"this weight has group_size={group_size}{kind}")
+    if K % 32:
+        return f"tinygemm needs K % 32 == 0, got K={K}"
+    if N % 8:
+        return f"tinygemm needs N % 8 == 0, got N={N}"
     return None
+
+
+def tinygemm_unsupported_reason(weight: QuantizedWeight) -> str | None:
+    return tinygemm_shape_reason(weight.K, weight.N, weight.group_size)
 
 
 def scales_and_zeros(weight: QuantizedWeight) -> torch.Tensor:
@@ -91,16 +100,23 @@ class TinygemmPath(GemmPath):
     name = "tinygemm"
     role = "peer"
     description = "torch.ops.aten._weight_int4pack_mm (tinygemm), bf16, (q-8)*s + z"
+    device_types = ("cuda",)
+    min_capability = (8, 0)
+    weight_formula = "int4 K*N/2 + bf16 scales_and_zeros G*N*4"
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         if device.type != "cuda":
             return "tinygemm peer is measured on CUDA only (its CPU op is a different kernel)"
-        if not torch.cuda.is_available():
-            return "no CUDA GPU is visible to torch"
-        major, minor = torch.cuda.get_device_capability(device)
-        if (major, minor) < (8, 0):
-            return f"tinygemm needs SM 8.0 or newer; this GPU is SM {major}.{minor}"
-        return _ops_reason()
+        return self.arch_reason(device) or _ops_reason()
+
+    def unsupported_reason(self, case) -> str | None:
+        return tinygemm_shape_reason(case.K, case.N, case.group_size)
+
+    def weight_bytes(self, K: int, N: int, groups: int) -> int:
+        return int4_weight_bytes(K, N, groups, 2 * 2)       # bf16 (scale, zero) pairs
+
+    def error_bound(self, case) -> tuple[float, str]:
+        return BF16_GATE, f"bf16 path: gated at {BF16_GATE:g}"
 
     def implementation(self, device: torch.device) -> str:
         return f"{self.description}; torch {torch.__version__}"
@@ -122,6 +138,3 @@ class TinygemmPath(GemmPath):
         st = prepared.state
         out.copy_(torch.ops.aten._weight_int4pack_mm(A, st["B"], prepared.weight.group_size, st["sz"]))
         return out
-
-
-PATH = PATHS.register(TinygemmPath())

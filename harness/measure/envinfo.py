@@ -4,7 +4,7 @@
 CUDA, torch, optimum-quanto version, git commit with '-dirty', python, hostname, the
 machine's boot id and, through NVML, the max and application/default SM clocks and the
 power limit) written into every run's metadata JSON (keys named as
-``harness.reports.environment.Environment``'s fields: gpu_name, gpu_uuid,
+``harness.results.environment.Environment``'s fields: gpu_name, gpu_uuid,
 compute_capability, driver, cuda, torch, quanto, commit, python, host, boot_id,
 sm_clock_max_mhz, sm_clock_app_mhz, sm_clock_default_mhz, power_limit_w, platform, date;
 the rest land in its ``extra``) and into pytest-benchmark's machine_info. Unknown facts
@@ -75,7 +75,7 @@ def _nvml():
     if "error" in _NVML_STATE:
         raise RuntimeError(_NVML_STATE["error"])
     try:
-        import pynvml
+        import pynvml  # optional: nvidia-ml-py (clocks, power limit, driver)
     except ImportError:
         _NVML_STATE["error"] = "pynvml (nvidia-ml-py) is not installed"
         raise RuntimeError(_NVML_STATE["error"]) from None
@@ -99,6 +99,17 @@ def _nvml_handle(device: torch.device):
         except Exception:  # fall back to the index
             pass
     return nv.nvmlDeviceGetHandleByIndex(device.index or 0)
+
+
+def nvml_device(device: torch.device | str):
+    """(the initialised pynvml module, the NVML handle of ``device``); raises
+    ``RuntimeError`` saying why when NVML cannot be used (no pynvml, no driver)."""
+    try:
+        return _nvml(), _nvml_handle(torch.device(device))
+    except RuntimeError:
+        raise
+    except Exception as exc:  # pynvml's own NVMLError subclasses
+        raise RuntimeError(f"no NVML handle for {device}: {exc}") from None
 
 
 def sm_clock_reader(device: torch.device | str):

@@ -1,21 +1,12 @@
 """Bytes each path must move, throughput, the roofline floor and the impossible-time check.
 
-Byte model (the fewest bytes a call must move through device memory: every input read
-once, the output written once; re-reads a kernel really does are not counted):
-
-=================== ================================================================
-path                weight-side bytes (G = K / group_size groups, 1 when per-row)
-=================== ================================================================
-native_int4         int4 codes K*N/2 + fp16 scale G*N*2 + fp16 zero G*N*2
-fp16_cache          fp16 dequantized weight K*N*2 (no scales/zeros: folded in)
-marlin_asym         int4 codes K*N/2 + fp16 scale G*N*2 + fp32 delta G*N*4
-marlin_fused_zero   int4 codes K*N/2 + fp16 scale G*N*2 + fp16 scaled zero G*N*2
-tinygemm            int4 codes K*N/2 + bf16 scales_and_zeros G*N*2*2 (= G*N*4)
-(any other path)    int4 codes K*N/2 + fp16 scale G*N*2 + fp16 zero G*N*2
-=================== ================================================================
-
-plus activations A M*K*2 (fp16, or bf16 for tinygemm) and the output C M*N*2. A SwiGLU
-pair moves two weights, one A and one C.
+Byte model: the fewest bytes a call must move through device memory (every input read
+once, the output written once; re-reads a kernel really does are not counted). Each path
+declares its own (``GemmPath.weight_bytes`` / ``weight_formula``, ``bytes_moved``,
+``flops``: the weight side per path, A [M, K] and C [M, N] in 2-byte elements, two
+weights for a SwiGLU pair); this module asks the path. A path given by name is looked up
+among the registered paths; a name no path has, or a path without a byte model, is an
+error, never a default.
 
 Roofline: TFLOPS = 2MNK / t, GB/s = bytes / t, t_floor = max(flops / peak_flops,
 bytes / bandwidth) with the ceilings MEASURED at the start of the run, pct_roofline =
@@ -32,6 +23,11 @@ import math
 from dataclasses import dataclass
 
 from harness.cases.case import GemmCase
+from harness.kernels.base import ByteModel, GemmPath
+from harness.kernels.registry_load import load_all
+
+__all__ = ["DATASHEET", "UNKNOWN_DEVICE_FACTOR", "ByteModel", "Peaks", "Roofline", "bytes_moved",
+           "datasheet_peaks", "flops", "roofline"]
 
 #: Datasheet maxima, (name substring, lower case) -> (HBM/GDDR GB/s, dense fp16 tensor TFLOP/s).
 #: Maxima on purpose (the fp16-accumulate rate where a card has one): the check must never
@@ -57,48 +53,19 @@ DATASHEET: tuple[tuple[str, float, float], ...] = (
 #: Unknown device: the measured ceilings times this factor serve as the maxima.
 UNKNOWN_DEVICE_FACTOR = 1.15
 
-_INT4_SCALE_ZERO = "int4 K*N/2 + fp16 scale G*N*2 + fp16 zero G*N*2"
-WEIGHT_MODELS = {
-    "native_int4": _INT4_SCALE_ZERO,
-    "fp16_cache": "fp16 weight K*N*2",
-    "marlin_asym": "int4 K*N/2 + fp16 scale G*N*2 + fp32 delta G*N*4",
-    "marlin_fused_zero": "int4 K*N/2 + fp16 scale G*N*2 + fp16 scaled zero G*N*2",
-    "tinygemm": "int4 K*N/2 + bf16 scales_and_zeros G*N*4",
-}
+def _path(path: GemmPath | str) -> GemmPath:
+    """``path`` itself, or the registered path of that name (ValueError for an unknown one)."""
+    return path if isinstance(path, GemmPath) else load_all().get(path)
 
 
-@dataclass(frozen=True)
-class ByteModel:
-    """Bytes a call must move, by part, and the formula used for the weight side."""
-
-    weight: int
-    activations: int
-    output: int
-    formula: str
-
-    @property
-    def total(self) -> int:
-        return self.weight + self.activations + self.output
+def bytes_moved(path: GemmPath | str, case: GemmCase) -> ByteModel:
+    """The byte model of ``path`` on ``case``, asked of the path."""
+    return _path(path).bytes_moved(case)
 
 
-def weight_bytes(path: str, K: int, N: int, groups: int) -> int:
-    """Weight-side bytes of one weight for ``path`` (see the module table)."""
-    codes = K * N // 2
-    if path == "fp16_cache":
-        return K * N * 2
-    if path == "marlin_asym":
-        return codes + groups * N * 2 + groups * N * 4
-    if path == "tinygemm":
-        return codes + groups * N * 4
-    return codes + groups * N * 2 + groups * N * 2        # native, fused-zero, default
-
-
-def bytes_moved(path: str, case: GemmCase) -> ByteModel:
-    """The byte model of ``path`` on ``case``."""
-    n_weights = 2 if case.kind == "swiglu_pair" else 1
-    w = n_weights * weight_bytes(path, case.K, case.N, case.groups)
-    return ByteModel(w, case.M * case.K * 2, case.M * case.N * 2,
-                     WEIGHT_MODELS.get(path, _INT4_SCALE_ZERO + " (default model)"))
+def flops(path: GemmPath | str, case: GemmCase) -> float:
+    """The floating-point operations of one call of ``path`` on ``case``."""
+    return float(_path(path).flops(case))
 
 
 @dataclass(frozen=True)
@@ -140,24 +107,25 @@ class Roofline:
     rejected_reason: str = ""
 
 
-def roofline(case: GemmCase, path: str, time_us: float, measured: Peaks | None,
+def roofline(case: GemmCase, path: GemmPath | str, time_us: float, measured: Peaks | None,
              maxima: Peaks | None, l2_cold: bool = True) -> Roofline:
     """TFLOPS, GB/s, floor and % of roofline for ``time_us``; flags an impossible time."""
+    path = _path(path)
     bm = bytes_moved(path, case)
-    flops = float(case.flops)
+    n_flops = flops(path, case)
     if not (time_us > 0 and math.isfinite(time_us)):
         return Roofline(math.nan, math.nan, bm.total, math.nan, math.nan, math.nan,
                         f"time {time_us!r} us is not a positive number")
     t = time_us * 1e-6
-    floor = measured.floor_us(flops, bm.total) if measured else math.nan
-    hard = maxima.floor_us(flops, bm.total, use_bandwidth=l2_cold) if maxima else math.nan
+    floor = measured.floor_us(n_flops, bm.total) if measured else math.nan
+    hard = maxima.floor_us(n_flops, bm.total, use_bandwidth=l2_cold) if maxima else math.nan
     reason = ""
     if math.isfinite(hard) and time_us < hard:
         which = "compute and bandwidth" if l2_cold else "compute (working set within 3 x L2)"
         reason = (f"{time_us:.3f} us is below the physical floor {hard:.3f} us "
                   f"({which}; {maxima.source}: {maxima.gbps:.0f} GB/s, {maxima.tflops:.0f} TFLOP/s)")
     return Roofline(
-        tflops=flops / t / 1e12, gbps=bm.total / t / 1e9, bytes_moved=bm.total,
+        tflops=n_flops / t / 1e12, gbps=bm.total / t / 1e9, bytes_moved=bm.total,
         floor_us=floor, pct_roofline=(100.0 * floor / time_us) if math.isfinite(floor) else math.nan,
         impossible_floor_us=hard, rejected_reason=reason,
     )

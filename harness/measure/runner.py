@@ -16,8 +16,11 @@ Per (case, path), in this order (nothing inside a timing but the path's ``run``)
  6. A re-check on FRESH activations after timing (poisoned output again): a path that
     caches its output, or whose state the timing loop corrupted, is an ``error``.
  7. Roofline; a time below the datasheet floor -> ``rejected``.
-A path that declines the case in ``prepare`` (``harness.kernels.dispatch.UnsupportedCase``,
+A path that declines the case in ``prepare`` (``harness.kernels.base.UnsupportedCase``,
 e.g. the fused-zero Marlin on a per-row weight) gives ``unavailable`` rows with its reason.
+Everything path-specific is asked of the path (``GemmPath``: availability, shapes, error
+bound, byte model, nondeterminism); every row records whether the path the dispatcher
+chose runs Marlin (``dispatch_marlin``, from that path's ``is_marlin``).
 Exceptions (``KernelReturnCode``, CUDA out-of-memory, anything else) make that (case,
 path)'s rows (or that mode's row) ``error`` with the reason; memory is freed and the sweep
 goes on. Rows go through ``writer.write`` (the store's append-and-fsync writer) as soon as
@@ -27,20 +30,21 @@ a (case, path) is done; keys in ``writer.done_keys`` are skipped (``--resume``).
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 
 import torch
+from tqdm import tqdm
 
 from harness.cases.case import GemmCase
 from harness.cases.data import case_data, generate_activations
-from harness.kernels import dispatch
-from harness.kernels.base import PATHS, GemmPath, KernelReturnCode, PathRegistry
-from harness.kernels.bounds import current_per_column_formula, rel_err_bound
+from harness.kernels import dispatch, registry_load
+from harness.kernels.base import PATHS, GemmPath, KernelReturnCode, PathRegistry, UnsupportedCase
 from harness.kernels.swiglu_pair import case_weights, paths_for_case, reference_case
-from harness.reports.schema import ResultRow
+from harness.results.schema import ResultRow
 
 from .ceilings import Ceilings, l2_cache_bytes
 from .envinfo import sm_clock_reader
@@ -72,6 +76,7 @@ class RunContext:
     device_name: str = ""
     ceilings: Ceilings | None = None
     registry: PathRegistry = field(default_factory=lambda: PATHS)
+    dispatch_settings: dispatch.DispatchSettings | None = None   # None: env / API toggle
     max_copies: int = 1024
     mem_budget_bytes: int | None = None
     notes: dict[str, str] = field(default_factory=dict)   # "case|path|mode" -> note
@@ -115,11 +120,16 @@ def ulp_dtype(dtype: torch.dtype) -> str:
     return "bfloat16" if dtype == torch.bfloat16 else "float16"
 
 
-def dispatch_decision(case: GemmCase, device: torch.device) -> tuple[str, str]:
-    """(dispatch_path, fallback_reason) from ``harness.kernels.dispatch`` (looked up per call:
-    the planted defects patch ``decide_for_case``)."""
-    d = dispatch.decide_for_case(case, device)
-    return str(getattr(d, "path", "")), str(getattr(d, "fallback_reason", "") or "")
+def dispatch_decision(case: GemmCase, device: torch.device,
+                      settings: dispatch.DispatchSettings | None = None,
+                      registry: PathRegistry | None = None) -> tuple[str, str, bool | None]:
+    """(dispatch_path, fallback_reason, dispatch_marlin) from ``harness.kernels.dispatch``:
+    the path TinyLoop would run, why not Marlin, and whether that path runs Marlin (asked
+    of the path, ``registry`` first; None when the model named no path)."""
+    d = dispatch.decide_for_case(case, device, settings)
+    name = str(d.path or "")
+    marlin = registry_load.is_marlin(name, registry) if name else None
+    return name, str(d.fallback_reason or ""), marlin
 
 
 def _run_poisoned(path, prepared, A, M: int, N: int, device: torch.device) -> torch.Tensor:
@@ -193,9 +203,6 @@ class Runner:
         done = self._done()
         bar = None
         if self.progress:
-            import sys
-
-            from tqdm import tqdm
             bar = tqdm(total=sum(len(paths_for_case(c, paths)) for c in cases), unit="case x path", dynamic_ncols=True,
                        mininterval=0.2 if sys.stderr.isatty() else 10.0)
         try:
@@ -214,7 +221,8 @@ class Runner:
 
     def _run_case(self, case: GemmCase, paths: list[GemmPath], done: frozenset, bar) -> None:
         device = self.ctx.device
-        dispatch_path, fallback = dispatch_decision(case, device)
+        dispatch_path, fallback, marlin = dispatch_decision(case, device, self.ctx.dispatch_settings,
+                                                            self.ctx.registry)
         data = ref = None
         self._fresh = None                        # (A16, ref) on fresh inputs, per case
         for path in paths:
@@ -222,7 +230,7 @@ class Runner:
             if bar is not None:
                 bar.set_postfix_str(f"{case.id} {path.name}", refresh=False)
             base = {m: replace(self._base_row(case, path, m), dispatch_path=dispatch_path,
-                               fallback_reason=fallback) for m in modes}
+                               dispatch_marlin=marlin, fallback_reason=fallback) for m in modes}
             reason = self._unavailable(case, path)
             if reason:
                 for m in modes:
@@ -263,18 +271,18 @@ class Runner:
             once = partial(_run_poisoned, path, prepared, A, case.M, case.N, device)
             runs = accuracy_over_runs(once, ref, self.acc_runs, self.budget, dtype)
             acc = runs.modal                      # the most frequent of identical-input runs
-            bound, why = rel_err_bound(path.name, case.per_row, current_per_column_formula())
+            bound, why = path.error_bound(case)
             base = {m: replace(r, **_accuracy_fields(acc), **runs.row_fields(), rel_err_bound=bound,
                                nondeterminism_note=path.nondeterminism, rel_err_bound_reason=why)
                     for m, r in base.items()}
             if runs.worst.nonfinite:
                 raise CheckFailed(_nonfinite_message(runs.worst, "first run" if runs.worst_run == 1 else
                                                      f"run {runs.worst_run} of {runs.runs} on identical inputs"))
-            plan = self._plan(case, path.name, prepared)
+            plan = self._plan(case, path, prepared)
             ops = build_operands(prepared, A, plan.copies)
         except Exception as exc:
             _free(device)
-            status = "unavailable" if isinstance(exc, dispatch.UnsupportedCase) else "error"
+            status = "unavailable" if isinstance(exc, UnsupportedCase) else "error"
             return [replace(r, status=status, error=describe_error(exc)) for r in base.values()]
         finally:
             self.wall["set-up"] += time.perf_counter() - t0
@@ -296,10 +304,10 @@ class Runner:
         del ops, prepared
         return rows
 
-    def _plan(self, case, path_name, prepared):
+    def _plan(self, case, path, prepared):
         if self.ctx.device.type != "cuda":
-            return plan_copies(bytes_moved(path_name, case).total, 0)
-        per_call = bytes_moved(path_name, case).total
+            return plan_copies(bytes_moved(path, case).total, 0)
+        per_call = bytes_moved(path, case).total
         mem = prepared_nbytes(prepared) + case.M * (case.K + case.N) * 2
         return plan_copies(per_call, self.l2, max_copies=self.ctx.max_copies,
                            mem_budget_bytes=self.ctx.mem_budget_bytes, mem_per_copy=mem)
@@ -343,7 +351,7 @@ class Runner:
         except Exception as exc:
             _sync_quietly(self.ctx.device)
             return replace(row, status="error", error=f"{mode} timing: {describe_error(exc)}")
-        rl = roofline(case, path.name, row.time_us_median, self.ctx.measured, self.ctx.maxima,
+        rl = roofline(case, path, row.time_us_median, self.ctx.measured, self.ctx.maxima,
                       l2_cold=plan.l2_cold)
         row = replace(row, tflops=rl.tflops, gbps=rl.gbps, bytes_moved=rl.bytes_moved,
                       roofline_floor_us=rl.floor_us, pct_roofline=rl.pct_roofline)

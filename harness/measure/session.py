@@ -1,8 +1,11 @@
-"""One ``harness bench`` invocation: environment, ceilings, per-matrix runs, tables, the gate.
+"""One measuring session: environment, ceilings, per-matrix runs written row by row, tables.
 
-Kept apart from ``cli.py`` (argument parsing) so tests and the pytest-benchmark plugin
-can drive a sweep without argparse. The environment and the ceilings are measured once
-per session, before any case, and stored in every matrix's json.
+What ``harness bench`` (``harness.commands.bench``) and the gate study drive: the
+environment and the ceilings are measured once per session, before any case, and stored
+in every matrix's json; ``measure`` writes one matrix's rows through
+``results.writer.RowWriter``; ``remeasure_hook`` is how a gate above asks for rows again
+(the current build, same session). Measuring only: gating the rows against a baseline is
+the command's (``harness.commands.common.gate_against_baseline``).
 """
 
 from __future__ import annotations
@@ -13,17 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from rich.console import Console
+from rich.table import Table
 
-from harness.reports.environment import (
-    Environment,
-    measured_settings,
-    warning_lines,
-    with_env_warnings,
-)
-from harness.reports.gate_record import write_gate_record
-from harness.reports.schema import ResultRow
-from harness.reports.store import RunMeta, read_meta, run_dir, write_meta
-from harness.reports.writer import RowWriter
+from harness.kernels.swiglu_pair import paths_for_case
+from harness.results.environment import Environment, measured_settings
+from harness.results.schema import ResultRow
+from harness.results.store import RunMeta, read_meta, run_dir, write_meta
+from harness.results.writer import RowWriter
 
 from .ceilings import measure_ceilings
 from .envinfo import environment, git_commit
@@ -40,7 +40,6 @@ class BenchSession:
     modes: tuple[str, ...]
     paths: list[str]
     out: Path
-    baselines: Path
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
@@ -72,7 +71,7 @@ class BenchSession:
                      ceilings_detail=self.ceilings.to_dict(), row_notes=dict(sorted(notes.items())),
                      wall_s_by_stage=dict(wall or {}))
         return RunMeta(matrix=matrix, commit=self.commit, arch=self.arch,
-                       environment=Environment.from_dict(self.env), ceilings=self.ceilings.numbers(),
+                       environment=self.env_record(), ceilings=self.ceilings.numbers(),
                        settings=self.settings.to_dict(), extra=extra)
 
     def context(self, matrix: str) -> RunContext:
@@ -131,62 +130,20 @@ class BenchSession:
                 for label, vals in ((f">= {SMALL_CASE_US:.0f} us", big), (f"< {SMALL_CASE_US:.0f} us", small)):
                     self.echo(f"A/A {matrix} run 1 vs {k}, rows {label}: " + aa_summary(vals))
 
-    # ------------------------------------------------------------------ gate
-    def compare(self, matrix: str, strict_env: bool = False) -> int:
-        """Gate repetition 1 of ``matrix`` against the baseline; candidate when there is none."""
-        from harness.reports.baseline import (
-            BaselineMeta,
-            baseline_dir,
-            check_baseline,
-            load_baseline,
-            write_baseline_matrix,
-        )
-        from harness.reports.gate import evaluate
+    def measured(self) -> dict:
+        """This session's settings as a baseline check compares them (settings, timing
+        modes, CPU threads: ``results.environment.measured_settings``)."""
+        return measured_settings(self.settings.to_dict(), {**self.extra, "modes": list(self.modes)})
 
-        rows = self.rows[(matrix, "")]
-        env = Environment.from_dict(self.env)
-        bdir = baseline_dir(self.baselines, self.arch)
-        if not (bdir / f"{matrix}.csv").is_file():
-            cand = self.run_dir() / "candidate-baseline"
-            meta = BaselineMeta(matrix=matrix, arch=self.arch, environment=env, rows_sha256="",
-                                settings=self.settings.to_dict(),
-                                source=str(self.run_dir() / f"{matrix}.csv"))
-            path = write_baseline_matrix(cand, rows, meta)
-            self.echo(f"harness bench: no baseline {bdir / (matrix + '.csv')}; wrote a CANDIDATE "
-                      f"baseline {path} (not promoted: review it, then `harness baseline accept "
-                      f"{self.run_dir()}`)")
-            # No baseline to compare with, but ERROR and WORSE_ACCURACY rows still fail.
-            alone = evaluate(rows, [], self.settings, current_label=self.commit)
-            self.store_gate(matrix, alone)
-            for v in alone.failures:
-                self.echo(f"harness bench: {v.verdict} {v.case_id} {v.path} {v.mode}: {v.reason}")
-            return alone.exit_code
-        base = load_baseline(bdir, [matrix])
-        env_warnings = check_baseline(base, env, measured_settings(
-            self.settings.to_dict(), {**self.extra, "modes": list(self.modes)}), strict=strict_env)
-        for line in warning_lines("harness bench", env_warnings):
-            self.echo(line)
-        result = evaluate(rows, base.rows, self.settings, margins=base.margins,
-                          remeasure=self.remeasure_hook(matrix), partial=self.partial,
-                          current_label=self.commit, baseline_label=base.label)
-        result = with_env_warnings(result, env_warnings)
-        self.store_gate(matrix, result)
-        try:
-            from harness.reports.markdown import text_table
-            self.echo(text_table(result))
-        except ImportError:
-            for v in result.verdicts:
-                self.echo(f"{v.verdict!s:15s} {v.case_id} {v.path} {v.mode} {v.reason}")
-        counts = {str(k): n for k, n in result.counts().items() if n}
-        self.echo(f"harness bench: gate {matrix} vs {bdir}: {counts}; exit {result.exit_code}")
-        return result.exit_code
-
-    def store_gate(self, matrix: str, result) -> None:
-        """Keep the gate's reading with the run (``harness.reports.gate_record``)."""
-        write_gate_record(self.run_dir() / f"{matrix}.csv", result)
+    def env_record(self) -> Environment:
+        """The session's environment as stored with its runs."""
+        return Environment.from_dict(self.env)
 
     def remeasure_hook(self, matrix: str):
-        """The gate's ``remeasure(keys)`` for ``matrix``: each key measured again, current build."""
+        """The gate's ``remeasure(keys)`` for ``matrix``: each key measured again, current build.
+
+        A row of a path derived for a SwiGLU pair (``native_int4_fused``) is measured
+        through the registered path it comes from (``swiglu_pair.paths_for_case``)."""
         by_id = {c.id: c for c in self.cases.get(matrix, [])}
 
         def remeasure(keys):
@@ -196,10 +153,23 @@ class BenchSession:
                 if case_id not in by_id:
                     continue
                 ctx.modes = (mode,)
-                rows += Runner(ctx).run([by_id[case_id]], [path])
+                source = _source_path(ctx.registry, by_id[case_id], path)
+                rows += [r for r in Runner(ctx).run([by_id[case_id]], [source])
+                         if r.key == (case_id, path, mode)]
             return rows
 
         return remeasure
+
+
+def _source_path(registry, case, name: str) -> str:
+    """The registered path whose run on ``case`` gives rows named ``name``: ``name`` itself,
+    or the path a derived one comes from (unknown names are left to the runner's error)."""
+    if name in registry.names():
+        return name
+    for path in registry.select(None):
+        if any(p.name == name for p in paths_for_case(case, [path])):
+            return path.name
+    return name
 
 
 def aa_summary(rel_deltas: list[float]) -> str:
@@ -227,9 +197,6 @@ def _cell(rows: dict, case_id: str, path: str, modes) -> str:
 
 def print_table(rows: list[ResultRow], modes, paths, title: str, max_cases: int = 60) -> None:
     """Case x path table of medians (us, one per mode), then status counts per path."""
-    from rich.console import Console
-    from rich.table import Table
-
     index = {r.key: r for r in rows}
     case_ids = list(dict.fromkeys(r.case_id for r in rows))
     table = Table(title=f"{title}: median us ({' / '.join(modes)})", title_justify="left")

@@ -88,7 +88,7 @@ def setup_timing(case: GemmCase, path: GemmPath, device: torch.device, mode: str
     if acc.nonfinite:
         raise CheckFailed(f"{acc.nonfinite} of {acc.n} output elements are non-finite after one "
                           "run on a NaN-poisoned output")
-    per_call = bytes_moved(path.name, case).total
+    per_call = bytes_moved(path, case).total
     if device.type == "cuda":
         mem = prepared_nbytes(prepared) + case.M * (case.K + case.N) * 2
         plan = plan_copies(per_call, l2_cache_bytes(device), max_copies=max_copies, mem_per_copy=mem)

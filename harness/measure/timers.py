@@ -19,6 +19,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import torch
+
+from . import escape
+
 MODES = ("cold", "graph", "cpu")
 
 
@@ -110,14 +114,10 @@ class EventBatchTimer:
 
     def __init__(self, step: Callable[[int], object], calls: int, device,
                  span: int | None = None) -> None:
-        import torch
-
-        from .escape import sleep_cycles_per_us
-
         self._rot = _Rotation(calls, span)
         self.step, self.calls, self.device = step, calls, device
         self._torch = torch
-        self._cycles_per_us = sleep_cycles_per_us(torch.device(device))
+        self._cycles_per_us = escape.sleep_cycles_per_us(torch.device(device))
         self._start = torch.cuda.Event(enable_timing=True)
         self._end = torch.cuda.Event(enable_timing=True)
         self.host_us = 20.0 * calls               # first guess: 20 µs of Python per call
@@ -171,8 +171,6 @@ class GraphBatchTimer:
 
     def __init__(self, step: Callable[[int], object], calls: int, device,
                  span: int | None = None, idle_ratio: float = 0.0) -> None:
-        import torch
-
         slices = index_slices(calls, check_calls_span(calls, span))
         self.calls, self.device, self._torch = calls, device, torch
         side = torch.cuda.Stream(device)

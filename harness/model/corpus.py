@@ -25,7 +25,9 @@ document for not knowing the topic).
 from __future__ import annotations
 
 import math
+import multiprocessing
 from bisect import bisect_right
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -261,9 +263,6 @@ def sharded_tokens(n_tokens: int, split: str = "train", seed: int = 0,
         left -= shard_tokens
         shard += 1
     if workers > 1 and len(jobs) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
         # spawn, not fork: the caller may already hold CUDA or OpenMP state
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx) as pool:

@@ -32,9 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from harness.cases.data import QuantizedWeight
 
+from .quant_linear import QuantFactory
 from .transformer import LINEAR_NAMES, LoopedConfig, LoopedTransformer
 
 FIXTURE_DIR = Path(__file__).resolve().parent / "fixtures"
@@ -71,8 +74,6 @@ class Fixture:
 
     def model(self, runtime) -> LoopedTransformer:
         """The quantized looped model whose projections run through ``runtime`` (a QuantRuntime)."""
-        from .quant_linear import QuantFactory
-
         m = LoopedTransformer(self.config, QuantFactory(self.weights, runtime))
         with torch.no_grad():
             m.embed.weight.copy_(self.floats["embed"].float())
@@ -140,8 +141,6 @@ def sha256_file(path: Path) -> str:
 def write_variant(path: Path, variant: str, cfg: LoopedConfig, floats: dict[str, torch.Tensor],
                   weights: dict[str, QuantizedWeight], heldout: torch.Tensor) -> str:
     """Write one variant file; returns its sha256. Inverse of ``load_fixture``."""
-    from safetensors.torch import save_file
-
     tensors = {k: v.detach().to(torch.float16).cpu().contiguous() for k, v in floats.items()}
     for name, w in weights.items():
         tensors[f"{name}.q4"] = pack_nibbles(w.q.cpu()).contiguous()
@@ -185,8 +184,6 @@ def load_meta(directory: Path | str | None = None) -> dict:
 
 
 def _read_safetensors(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    from safetensors import safe_open
-
     if not path.is_file():
         raise FixtureError(f"{path.name}: fixture file not found in {path.parent}")
     try:

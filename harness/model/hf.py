@@ -38,14 +38,24 @@ class HfModelError(ValueError):
     """A bad --hf-model directory or --text file, or transformers missing (one line)."""
 
 
-def transformers_unavailable_reason() -> str | None:
-    """None when ``transformers`` imports; otherwise why not."""
+def _transformers():
+    """The ``transformers`` module (offline, with ``pytorch_utils`` loaded), imported on
+    first use; ``HfModelError`` saying how to install it when it is missing."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     try:
-        import transformers  # noqa: F401
+        import transformers.pytorch_utils  # optional: transformers (only --hf-model needs it)
     except ImportError as exc:
-        return f"transformers is not installed ({exc}); pip install transformers"
+        raise HfModelError(f"transformers is not installed ({exc}); pip install transformers") from None
+    return transformers
+
+
+def transformers_unavailable_reason() -> str | None:
+    """None when ``transformers`` imports; otherwise why not."""
+    try:
+        _transformers()
+    except HfModelError as exc:
+        return str(exc)
     return None
 
 
@@ -54,8 +64,8 @@ def _weight_of(module: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | 
     if isinstance(module, nn.Linear):
         return module.weight.detach().float().t().contiguous(), module.bias
     try:
-        from transformers.pytorch_utils import Conv1D
-    except ImportError:
+        Conv1D = _transformers().pytorch_utils.Conv1D
+    except HfModelError:
         return None
     if isinstance(module, Conv1D):  # GPT-2: weight is already [in, out]
         return module.weight.detach().float().contiguous(), module.bias
@@ -95,10 +105,8 @@ def _context_length(config) -> int:
 def tokenize(model_dir: Path, text: str, vocab_size: int) -> tuple[torch.Tensor, str]:
     """Token ids of ``text`` and a description of the tokenizer used."""
     if any((model_dir / f).is_file() for f in TOKENIZER_FILES):
-        from transformers import AutoTokenizer
-
         try:
-            tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+            tok = _transformers().AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
         except (OSError, ValueError) as exc:
             raise HfModelError(f"{model_dir}: tokenizer files present but not loadable "
                                f"({' '.join(str(exc).split())[:200]})") from None
@@ -134,10 +142,8 @@ class HfSubject:
             raise HfModelError(f"--text {path}: cannot read it as UTF-8 ({exc})") from None
         if max_tokens < 2:
             raise HfModelError(f"--max-tokens must be >= 2, got {max_tokens}")
-        from transformers import AutoConfig
-
         try:
-            self.config = AutoConfig.from_pretrained(str(self.dir), local_files_only=True)
+            self.config = _transformers().AutoConfig.from_pretrained(str(self.dir), local_files_only=True)
         except (OSError, ValueError) as exc:
             raise HfModelError(f"--hf-model {self.dir}: config not loadable ({' '.join(str(exc).split())[:200]})") from None
         vocab = int(getattr(self.config, "vocab_size", 0) or 0)
@@ -156,12 +162,10 @@ class HfSubject:
 
     def load(self) -> nn.Module:
         """A fresh fp32 copy of the model from disk (offline)."""
-        from transformers import AutoModelForCausalLM
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
+        transformers = _transformers()
+        transformers.utils.logging.disable_progress_bar()
         try:
-            model = AutoModelForCausalLM.from_pretrained(str(self.dir), local_files_only=True)
+            model = transformers.AutoModelForCausalLM.from_pretrained(str(self.dir), local_files_only=True)
         except (OSError, ValueError) as exc:
             raise HfModelError(f"--hf-model {self.dir}: not loadable ({' '.join(str(exc).split())[:200]})") from None
         return model.float().eval()

@@ -29,7 +29,10 @@ from pathlib import Path
 
 import torch
 
+from harness.config import load_settings
 from harness.kernels.base import KernelReturnCode
+from harness.measure.timing import StopRule, make_timer, time_batches
+from harness.results.schema import ResultRow
 
 from .fixture import FIXTURE_DIR, VARIANTS, Fixture, load_fixture
 from .quant_linear import (
@@ -100,9 +103,6 @@ class FixtureSubject:
 
 
 def _timing(step: Callable[[], object], device: torch.device, settings=None):
-    from harness.config import load_settings
-    from harness.measure.timing import StopRule, make_timer, time_batches
-
     rule = StopRule.from_settings(settings or load_settings())
     mode = "cold" if device.type == "cuda" else "cpu"
     timer = make_timer(mode, lambda i: step(), 1, device)
@@ -170,8 +170,6 @@ def format_result(r: PplResult) -> str:
 def to_rows(subject, results: Sequence[PplResult], *, device: torch.device, commit: str = "",
             arch: str = "", device_name: str = "", matrix: str = "ppl") -> list:
     """ResultRows (kind "ppl", mode "model") for ``results``."""
-    from harness.reports.schema import ResultRow
-
     d = drifts(results)
     rows = []
     for r in results:

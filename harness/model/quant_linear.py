@@ -7,7 +7,7 @@ A ``QuantRuntime`` fixes how every GEMM of one model instance runs (its *mode*):
   path forced for every projection (``prepare`` at load, ``run`` per call; a kernel
   status or an unsupported weight is an error, never a silent fallback);
 * ``dispatch`` / ``dispatch_off``: TinyLoop's ``quant_gemm`` as modelled by
-  ``harness.kernels.dispatch.QuantGemm`` with Marlin dispatch on / off (the seed's A/B).
+  ``harness.kernels.quant_gemm.QuantGemm`` with Marlin dispatch on / off (the seed's A/B).
   The MLP's gate and up run as TinyLoop runs ``quant_swiglu`` today: one native INT4
   GEMM over the concatenated [gate | up] weight, then SiLU * mul (**fused native,
   modelled**: the real kernel is fused; the harness models it with one native call), never
@@ -36,6 +36,9 @@ from torch import nn
 from harness.cases.data import QuantizedWeight
 from harness.kernels import dispatch as dsp
 from harness.kernels.base import KernelReturnCode, Prepared
+from harness.kernels.marlin.asym import marlin_mm_asymmetric
+from harness.kernels.marlin.pack import MarlinPackError
+from harness.kernels.quant_gemm import QuantGemm
 from harness.kernels.registry_load import load_all
 from harness.kernels.swiglu_pair import FUSED_REASON, concat_n
 
@@ -179,14 +182,12 @@ class QuantRuntime:
         w = lin.qweight
         if (self.settings.enabled() and self.marlin_reason is None and not w.exact_int4
                 and w.bits == 4 and dsp.packable(w.K, w.N)):
-            from harness.kernels.marlin_pack import MarlinPackError
-
             try:
                 marlin = self.marlin.prepare(w, self.device)
             except MarlinPackError as exc:
                 lin.state["pack_error"] = f"{lin.name}: {exc}"
         lin.state["marlin"] = marlin
-        lin.state["qg"] = dsp.QuantGemm(
+        lin.state["qg"] = QuantGemm(
             w, self.device, settings=self.settings, marlin_pack=marlin is not None,
             capability=self.capability, marlin_reason=self.marlin_reason,
             marlin_call=self._marlin_call(lin, marlin),
@@ -197,8 +198,6 @@ class QuantRuntime:
             if prep is None:  # never reached: the dispatcher sees no pack
                 raise RuntimeError(f"{lin.name}: Marlin called without a pack")
             if self.device.type == "cuda":
-                from harness.kernels.marlin_asym import marlin_mm_asymmetric
-
                 st = prep.state
                 return marlin_mm_asymmetric(A, st["pack"], out, st["workspace"], st["provider"], gs)
             rc = dsp.expected_marlin_rc(A.shape[0], lin.N, lin.K, gs)

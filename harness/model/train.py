@@ -42,6 +42,7 @@ from .fixture import (
     load_fixture,
     write_variant,
 )
+from .ppl import write_cpu_baseline
 from .quant_linear import QuantRuntime
 from .transformer import LINEAR_NAMES, FloatFactory, LoopedConfig, LoopedTransformer
 
@@ -219,8 +220,6 @@ def train(args: argparse.Namespace, log=print) -> dict:
     (out / META_FILE).write_text(json.dumps(meta, indent=1) + "\n")
     log(f"wrote {out / META_FILE} and {len(VARIANTS)} variants in {time.perf_counter() - t0:.0f} s")
     if not args.no_baseline:
-        from .ppl import write_cpu_baseline
-
         path = write_cpu_baseline(out)
         log(f"wrote {path} (CPU scores the unit tests compare against)")
     return meta

@@ -34,8 +34,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .schema import ResultRow
-from .stats import Key
+from ..results.schema import Key, ResultRow
+from .gate import evaluate
+from .stats import with_samples
+from .verdicts import Verdict
 
 #: The defaults ``harness baseline record/calibrate`` use (stored with every calibration).
 DEFAULT_COVERAGE = 0.999
@@ -65,16 +67,18 @@ def key_class(key: Key, center_us: float) -> tuple[str, str, str]:
     return (key[1], key[2], time_band(center_us))
 
 
-def _t_quantile(coverage: float, df: float) -> float:
-    from scipy.stats import t
+def _scipy_stats():
+    import scipy.stats  # heavy: scipy.stats (~0.7 s), only when margins are calibrated
 
-    return float(t.ppf(coverage, df))
+    return scipy.stats
+
+
+def _t_quantile(coverage: float, df: float) -> float:
+    return float(_scipy_stats().t.ppf(coverage, df))
 
 
 def _chi2_median_ratio(df: int) -> float:
-    from scipy.stats import chi2
-
-    return float(chi2.median(df) / df)
+    return float(_scipy_stats().chi2.median(df) / df)
 
 
 def spreads(
@@ -204,9 +208,6 @@ def leave_one_machine_out(
     ``gate_modes``), then again with every sample of one path at a time multiplied by
     ``1 + planted`` (a planted slowdown): how many of that path's gated rows fail SLOWER,
     and how many other rows fail."""
-    from .gate import Verdict, evaluate
-    from .stats import with_samples
-
     out: list[HoldOut] = []
     for x in dict.fromkeys(machines):
         train = [i for i, m in enumerate(machines) if m != x]

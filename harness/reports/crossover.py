@@ -15,7 +15,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .schema import ResultRow
+import pandas as pd
+
+from ..results.schema import ResultRow
 
 
 def is_fp16_cache_path(name: str) -> bool:
@@ -131,8 +133,6 @@ def dispatch_rule(table: Sequence[CrossoverRow]) -> list[tuple[str, str]]:
 
 def crossover_frame(table: Sequence[CrossoverRow]):
     """The table as a pandas DataFrame with report-friendly column names."""
-    import pandas as pd
-
     def yn(v):
         return "" if v is None else ("yes" if v else "no")
 

@@ -14,9 +14,11 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from .gate import GateResult, RowVerdict
-from .schema import column_names
-from .store import atomic_write_text
+import pandas as pd
+
+from ..results.schema import column_names
+from ..results.store import atomic_write_text
+from .verdicts import GateResult, RowVerdict
 
 REPORT_SCHEMA_VERSION = 1
 
@@ -70,8 +72,6 @@ def report_records(result: GateResult) -> list[dict]:
 
 def report_frame(result: GateResult):
     """pandas DataFrame of ``report_records`` (column order fixed, also when empty)."""
-    import pandas as pd
-
     metrics = [c for c in column_names() if c not in IDENTITY and c != "samples_us"]
     cols = (["report_schema_version", "verdict", "fails", "reasons", *IDENTITY, *metrics]
             + [f"baseline_{c}" for c in COMPARED] + list(GATE_COLUMNS))
@@ -83,8 +83,6 @@ def side_by_side_frame(result: GateResult, labels: Sequence[str] = ("A", "B")):
 
     ``labels[0]`` is the baseline side, ``labels[1]`` the current side.
     """
-    import pandas as pd
-
     la, lb = labels
     records = []
     for v in result.verdicts:

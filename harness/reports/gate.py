@@ -1,4 +1,6 @@
-"""The regression gate: a verdict per (case, path, mode) row of a run against a baseline.
+"""The regression gate: a verdict per (case, path, mode) row of a run against a baseline
+(the judging; the records it returns, ``Verdict``, ``RowVerdict``, ``GateResult``, are in
+``harness.reports.verdicts``).
 
 Verdicts (``Verdict``): SAME, FASTER, SLOWER, AMBIGUOUS, WORSE_ACCURACY, LESS_ACCURATE,
 NONDETERMINISTIC, LOST_DISPATCH, NEW, MISSING, ERROR. A row *fails* the gate when its
@@ -29,7 +31,7 @@ is 1, otherwise a reason on the row (``RowVerdict.nondeterministic``) that does 
 then dispatch (the baseline's dispatcher chose a Marlin path, the current one does not;
 flagged on the row of the path the baseline dispatched to) -> LOST_DISPATCH; then speed
 (``stats.speed_call``).
-The first applicable verdict in ``_PRIORITY`` order wins; ``reasons`` lists them all.
+The first applicable verdict in ``verdicts.PRIORITY`` order wins; ``reasons`` lists them all.
 
 Extension point: ``remeasure(keys)``, supplied by the measurement engine, is called once
 with the keys of every AMBIGUOUS row and of every failing SLOWER row (a SLOWER is
@@ -44,126 +46,28 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from enum import Enum
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from ..config import Settings
-from .schema import ResultRow
-from .stats import Key, speed_call
-
-
-class Verdict(str, Enum):
-    SAME = "SAME"
-    FASTER = "FASTER"
-    SLOWER = "SLOWER"
-    AMBIGUOUS = "AMBIGUOUS"
-    WORSE_ACCURACY = "WORSE_ACCURACY"
-    LESS_ACCURATE = "LESS_ACCURATE"
-    NONDETERMINISTIC = "NONDETERMINISTIC"
-    LOST_DISPATCH = "LOST_DISPATCH"
-    NEW = "NEW"
-    MISSING = "MISSING"
-    ERROR = "ERROR"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-FAILING = frozenset({Verdict.SLOWER, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
-                     Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH, Verdict.MISSING,
-                     Verdict.ERROR})
-_PRIORITY = (Verdict.ERROR, Verdict.MISSING, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
-             Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH,
-             Verdict.SLOWER, Verdict.AMBIGUOUS, Verdict.FASTER, Verdict.NEW, Verdict.SAME)
-RANK = {v: i for i, v in enumerate(_PRIORITY)}
-
-Remeasure = Callable[[list[Key]], "Sequence[ResultRow] | tuple[Sequence[ResultRow], Sequence[ResultRow]]"]
+from ..results.schema import Key, ResultRow
+from .stats import speed_call
+from .verdicts import FAILING, RANK, GateResult, Remeasure, RowVerdict, Verdict
 
 
 def is_marlin_path(name: str) -> bool:
-    """A dispatch/path name that means a Marlin kernel ran (any name containing 'marlin')."""
+    """The old rule on a name: a Marlin kernel ran when it contains 'marlin'. Only for rows
+    stored before ``dispatch_marlin`` existed (``dispatched_marlin``)."""
     return "marlin" in (name or "").lower()
 
 
-@dataclass(frozen=True)
-class RowVerdict:
-    """One row's verdict, the evidence, and both rows (either may be None)."""
-
-    matrix: str
-    case_id: str
-    path: str
-    mode: str
-    role: str
-    verdict: Verdict
-    reasons: tuple[str, ...]
-    fails: bool
-    current: ResultRow | None
-    baseline: ResultRow | None
-    base_median_us: float = math.nan
-    cur_median_us: float = math.nan
-    time_change: float = math.nan      # cur / base - 1 of the medians
-    p_value: float = math.nan
-    threshold: float = math.nan        # max(min_effect, margin)
-    margin: float = math.nan           # the calibrated per-case noise margin, if any
-    delta_rel_err: float = math.nan
-    delta_rms_ulp_p99: float = math.nan  # the gated ULP figure (rms_ulp_p99: cur - base)
-    delta_max_ulp: float = math.nan      # per-element ULPs: detail, not gated
-    delta_p99_ulp: float = math.nan
-    ppl_drift: float = math.nan        # cur.ppl / base.ppl - 1 for kind == "ppl"
-    remeasured: bool = False
-    first_verdict: str = ""            # before the re-measurement (when ``remeasured``)
-    first_change: float = math.nan     # its time_change
-    nondeterministic: bool = False     # the current row's outputs differed between runs
-
-    @property
-    def key(self) -> Key:
-        return (self.case_id, self.path, self.mode)
-
-    @property
-    def row(self) -> ResultRow:
-        """The current row, else the baseline's (for identity columns)."""
-        return self.current if self.current is not None else self.baseline  # type: ignore[return-value]
-
-    @property
-    def reason(self) -> str:
-        return "; ".join(self.reasons)
-
-
-@dataclass(frozen=True)
-class GateResult:
-    """All verdicts of one comparison, regressions first."""
-
-    verdicts: tuple[RowVerdict, ...]
-    settings: Settings
-    current_label: str = "current"
-    baseline_label: str = "baseline"
-    has_baseline: bool = True
-    notes: tuple[str, ...] = ()
-    #: the fresh current-side rows the re-measurement returned (stored with the run, so a
-    #: later ``harness report`` replays them and reaches the same verdicts)
-    remeasured: tuple[ResultRow, ...] = ()
-
-    @property
-    def failures(self) -> list[RowVerdict]:
-        return [v for v in self.verdicts if v.fails]
-
-    @property
-    def passed(self) -> bool:
-        return not self.failures
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.passed else 1
-
-    def counts(self) -> dict[Verdict, int]:
-        out = {v: 0 for v in _PRIORITY}
-        for rv in self.verdicts:
-            out[rv.verdict] += 1
-        return out
-
-    def of(self, verdict: Verdict) -> list[RowVerdict]:
-        return [v for v in self.verdicts if v.verdict == verdict]
+def dispatched_marlin(row: ResultRow) -> bool:
+    """Whether the path the dispatcher chose for ``row``'s case runs Marlin: the row's
+    ``dispatch_marlin`` column (the runner asks that path, ``GemmPath.is_marlin``); for a
+    row stored before the column existed (schema < 4: None) the old rule on the name."""
+    if row.dispatch_marlin is not None:
+        return bool(row.dispatch_marlin)
+    return is_marlin_path(row.dispatch_path)
 
 
 def _accuracy_problems(cur: ResultRow, base: ResultRow | None, s: Settings) -> list[str]:
@@ -175,7 +79,7 @@ def _accuracy_problems(cur: ResultRow, base: ResultRow | None, s: Settings) -> l
         out.append(f"rel_err is {cur.rel_err} (no finite accuracy measurement on an ok row)")
     bound = s.rel_err_gate
     if math.isfinite(cur.rel_err_bound):
-        bound = max(bound, cur.rel_err_bound)  # a documented per-path bound (kernels/bounds.py)
+        bound = max(bound, cur.rel_err_bound)  # a documented per-path bound (GemmPath.error_bound)
     if math.isfinite(cur.rel_err) and cur.rel_err > bound:
         was = f" (baseline {base.rel_err:.3g})" if base is not None and math.isfinite(base.rel_err) else ""
         out.append(f"rel_err {cur.rel_err:.3g} over the gate {bound:g}{was}")
@@ -331,14 +235,14 @@ def _index(rows: Sequence[ResultRow], by_matrix: bool) -> dict[tuple, ResultRow]
 
 
 def _lost_dispatch_keys(cur: dict, base: dict) -> set[tuple]:
-    """Keys of the rows that carry a LOST_DISPATCH (see ``is_marlin_path``)."""
+    """Keys of the rows that carry a LOST_DISPATCH (see ``dispatched_marlin``)."""
     by_case: dict[tuple, list[tuple]] = defaultdict(list)
     for k in set(cur) & set(base):
         by_case[k[:-2]].append(k)  # group by (matrix?, case_id)
     flagged: set[tuple] = set()
     for keys in by_case.values():
         lost = [k for k in keys if base[k].status == "ok" and cur[k].status == "ok"
-                and is_marlin_path(base[k].dispatch_path) and not is_marlin_path(cur[k].dispatch_path)]
+                and dispatched_marlin(base[k]) and not dispatched_marlin(cur[k])]
         if not lost:
             continue
         chosen = [k for k in lost if cur[k].path == base[k].dispatch_path]
@@ -363,17 +267,18 @@ def evaluate(
 
     Rows match on (case_id, path, mode), and also on matrix when either side holds more
     than one matrix. ``margins`` are per-key noise margins (from calibration);
-    ``partial=True`` ignores baseline cases the current run did not include (a filtered
-    run) instead of calling them MISSING. The environments must have been checked by the
+    ``partial=True`` ignores baseline rows whose case, path or mode the current run did not
+    measure (a filtered run: --filter, --paths, --mode) instead of calling them MISSING. The environments must have been checked by the
     caller (``environment.check_compatible``).
     """
     margins = margins or {}
     remeasured: tuple[ResultRow, ...] = ()
     by_matrix = len({r.matrix for r in current}) > 1 or len({r.matrix for r in baseline}) > 1
     cur, base = _index(current, by_matrix), _index(baseline, by_matrix)
-    if partial:
-        cases = {k[:-2] for k in cur}
-        base = {k: v for k, v in base.items() if k[:-2] in cases}
+    if partial:   # a filtered run: only the cases, paths and modes it measured are judged
+        cases, paths, modes = {k[:-2] for k in cur}, {k[-2] for k in cur}, {k[-1] for k in cur}
+        base = {k: v for k, v in base.items()
+                if k[:-2] in cases and k[-2] in paths and k[-1] in modes}
     lost = _lost_dispatch_keys(cur, base)
 
     def judge(k: tuple, c: ResultRow | None, b: ResultRow | None) -> RowVerdict:
@@ -422,14 +327,6 @@ def stored_remeasure(rows: Sequence[ResultRow]) -> Remeasure:
         return [by_key[k] for k in keys if k in by_key]
 
     return replay
-
-
-def verdict_map(result: GateResult) -> dict[str, str]:
-    """``"case|path|mode" -> verdict`` (with ``matrix|`` in front when the result holds
-    several matrices): what a bench stores so later readings can be checked against it."""
-    many = len({v.matrix for v in result.verdicts}) > 1
-    return {("|".join((v.matrix, *v.key)) if many else "|".join(v.key)): v.verdict.value
-            for v in result.verdicts}
 
 
 def _order(v: RowVerdict) -> tuple:

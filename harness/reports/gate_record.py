@@ -14,8 +14,8 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from .gate import GateResult, verdict_map
-from .store import confirm_path, read_meta, write_meta, write_rows
+from ..results.store import confirm_path, read_meta, write_meta, write_rows
+from .verdicts import GateResult, verdict_map
 
 
 def _finite(x: float) -> float | None:

@@ -12,12 +12,14 @@ import html
 import math
 from collections.abc import Sequence
 
+import pandas as pd
+
+from ..results.environment import Environment, is_env_note
+from ..results.schema import ResultRow
 from .crossover import crossover, crossover_frame, dispatch_rule
-from .environment import Environment, is_env_note
-from .gate import GateResult, RowVerdict, Verdict
 from .markdown import summary_line
 from .plots import Plot, all_plots
-from .schema import ResultRow
+from .verdicts import GateResult, RowVerdict, Verdict
 
 VERDICT_COLOURS = {
     Verdict.SLOWER: "#f8c4c4", Verdict.WORSE_ACCURACY: "#f4a6a6", Verdict.LOST_DISPATCH: "#f6b98a",
@@ -60,8 +62,6 @@ def _badges(result: GateResult) -> str:
 
 
 def _verdict_frame(verdicts: Sequence[RowVerdict]):
-    import pandas as pd
-
     recs = []
     for v in verdicts:
         r = v.row

@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .environment import Environment, is_env_note
-from .gate import GateResult, RowVerdict, Verdict
+from ..results.environment import Environment, is_env_note
+from .verdicts import GateResult, RowVerdict, Verdict
 
 _ICON = {Verdict.SLOWER: "🐢", Verdict.FASTER: "🚀", Verdict.WORSE_ACCURACY: "🎯",
          Verdict.LESS_ACCURATE: "📉", Verdict.NONDETERMINISTIC: "🎲", Verdict.LOST_DISPATCH: "↪️", Verdict.MISSING: "❓", Verdict.ERROR: "💥",

@@ -16,7 +16,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .schema import ResultRow
+import numpy as np
+
+from ..results.schema import ResultRow
 
 _MODE_STYLE = {"graph": "-", "cold": "--", "cpu": ":", "model": "-."}
 
@@ -29,10 +31,19 @@ class Plot:
     note: str = ""
 
 
-def path_colours(rows: Sequence[ResultRow]) -> dict[str, str]:
-    from matplotlib import colormaps
+def _mpl():
+    """matplotlib with its ``figure`` module, imported on the first plot drawn."""
+    import matplotlib.figure  # heavy: matplotlib (~0.3 s), only for commands that draw
 
-    cmap = colormaps["tab10"]
+    return matplotlib
+
+
+def _new_figure(**kwargs):
+    return _mpl().figure.Figure(layout="constrained", **kwargs)
+
+
+def path_colours(rows: Sequence[ResultRow]) -> dict[str, str]:
+    cmap = _mpl().colormaps["tab10"]
     return {p: cmap(i % 10) for i, p in enumerate(sorted({r.path for r in rows}))}
 
 
@@ -46,10 +57,8 @@ def _shape_label(kind: str, n: int, k: int, gs: int) -> str:
 
 
 def _svg(fig, key: str) -> str:
-    import matplotlib
-
     buf = io.StringIO()
-    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": key}):
+    with _mpl().rc_context({"svg.fonttype": "none", "svg.hashsalt": key}):
         fig.savefig(buf, format="svg")
     text = buf.getvalue()
     start = text.find("<svg")
@@ -58,11 +67,9 @@ def _svg(fig, key: str) -> str:
 
 
 def _figure(n_panels: int, ncols: int = 3, w: float = 4.6, h: float = 3.3):
-    from matplotlib.figure import Figure
-
     ncols = max(1, min(ncols, n_panels))
     nrows = math.ceil(n_panels / ncols)
-    fig = Figure(figsize=(w * ncols, h * nrows), layout="constrained")
+    fig = _new_figure(figsize=(w * ncols, h * nrows))
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     for ax in axes[n_panels:]:
         ax.set_visible(False)
@@ -140,9 +147,7 @@ def ulp_plot(rows: Sequence[ResultRow]) -> Plot:
                    key=lambda kv: kv[1])
     index = {c: i for i, (c, _) in enumerate(cases)}
     colours = path_colours(rows)
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(max(6.0, 0.22 * len(cases) + 2), 4.2), layout="constrained")
+    fig = _new_figure(figsize=(max(6.0, 0.22 * len(cases) + 2), 4.2))
     ax = fig.subplots()
     by_path: dict[str, list[ResultRow]] = defaultdict(list)
     for (_, path), r in sorted(seen.items()):
@@ -165,9 +170,7 @@ def correction_plot(rows: Sequence[ResultRow]) -> Plot:
     good = [r for r in _timed(rows) if _finite(r.correction_overhead_pct)]
     if not good:
         return Plot(key, title, None, "no correction_overhead_pct in these rows (no Marlin rows timed)")
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.5, 4.2), layout="constrained")
+    fig = _new_figure(figsize=(7.5, 4.2))
     ax = fig.subplots()
     lines: dict[tuple, list[ResultRow]] = defaultdict(list)
     for r in good:
@@ -193,13 +196,10 @@ def memory_plot(rows: Sequence[ResultRow]) -> Plot:
             extra[shape][r.path] = max(extra[shape].get(r.path, 0), int(r.extra_bytes))
     if not any(v for d in extra.values() for v in d.values()):
         return Plot(key, title, None, "no extra_bytes recorded in these rows")
-    import numpy as np
-    from matplotlib.figure import Figure
-
     shapes = sorted(extra)
     paths = sorted({p for d in extra.values() for p in d})
     colours = path_colours(rows)
-    fig = Figure(figsize=(max(6.0, 1.1 * len(shapes) + 2), 4.2), layout="constrained")
+    fig = _new_figure(figsize=(max(6.0, 1.1 * len(shapes) + 2), 4.2))
     ax = fig.subplots()
     width = 0.8 / max(1, len(paths))
     x = np.arange(len(shapes))

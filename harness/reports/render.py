@@ -12,14 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..results.environment import Environment
+from ..results.schema import ResultRow
+from ..results.store import atomic_write_text
 from .crossover import crossover, dispatch_rule
 from .csv_report import report_frame, side_by_side_frame, write_frame_csv
-from .environment import Environment
-from .gate import GateResult
 from .html_report import render_html
 from .markdown import markdown_summary
-from .schema import ResultRow
-from .store import atomic_write_text
+from .verdicts import GateResult
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .schema import ResultRow
-
-Key = tuple[str, str, str]
+from ..results.schema import Key, ResultRow
 
 #: Fewer samples than this per side: the U test cannot reach small alphas, so no test.
 MIN_TEST_SAMPLES = 5
@@ -39,7 +37,7 @@ def mann_whitney_p(base: Sequence[float], cur: Sequence[float]) -> float:
     """Two-sided Mann-Whitney U p-value; NaN with fewer than ``MIN_TEST_SAMPLES`` a side."""
     if len(base) < MIN_TEST_SAMPLES or len(cur) < MIN_TEST_SAMPLES:
         return math.nan
-    from scipy.stats import mannwhitneyu
+    from scipy.stats import mannwhitneyu  # heavy: scipy.stats (~0.7 s), only to test samples
 
     a = np.asarray(base, dtype=float)
     b = np.asarray(cur, dtype=float)

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .schema import ResultRow
+from ..results.schema import ResultRow
 from .stats import with_samples
 
 PATHS = ("native_int4", "fp16_cache", "marlin_asym")

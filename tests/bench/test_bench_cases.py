@@ -42,7 +42,7 @@ def test_bench(benchmark, bench_case, path_name, mode, device, bench_seconds):
     try:
         setup = setup_timing(bench_case, path, device, mode)
     except Exception as exc:
-        from harness.kernels.dispatch import UnsupportedCase
+        from harness.kernels.base import UnsupportedCase
 
         if isinstance(exc, UnsupportedCase):
             pytest.skip(f"{path_name}: {exc}")

@@ -53,24 +53,25 @@ def gpu_out_dir(tmp_path_factory) -> Path:
     return path
 
 
-from harness.kernels.bounds import FP16_GATE, current_per_column_formula, rel_err_bound  # noqa: E402
+from harness.kernels.base import FP16_GATE  # noqa: E402
+from harness.kernels.registry_load import load_all  # noqa: E402
 
 
-def strict_gate_deviation(path_name: str, per_row: bool) -> str | None:
-    """Why ``path_name`` may exceed the fp16 gate on this kind of case, or None."""
-    return rel_err_bound(path_name, per_row, current_per_column_formula())[1] or None
+def strict_gate_deviation(path_name: str, case) -> str | None:
+    """Why ``path_name`` may exceed the fp16 gate on ``case``, or None (asks the path)."""
+    return load_all().get(path_name).error_bound(case)[1] or None
 
 
-def gate_for(path_name: str, per_row: bool) -> float:
-    """The rel_err bound a path must meet on a case (harness.kernels.bounds)."""
-    return rel_err_bound(path_name, per_row, current_per_column_formula())[0]
+def gate_for(path_name: str, case) -> float:
+    """The rel_err bound a path must meet on ``case`` (``GemmPath.error_bound``)."""
+    return load_all().get(path_name).error_bound(case)[0]
 
 
-def check_gate(acc, path_name: str, per_row: bool) -> None:
+def check_gate(acc, path_name: str, case) -> None:
     """Assert the path's bound; a Marlin case above the fp16 gate is xfailed with its value."""
     assert acc.nonfinite == 0, acc
-    assert acc.passes(gate_for(path_name, per_row)), acc
-    why = strict_gate_deviation(path_name, per_row)
+    assert acc.passes(gate_for(path_name, case)), acc
+    why = strict_gate_deviation(path_name, case)
     if why and path_name != "tinygemm" and not acc.passes(FP16_GATE):
         pytest.xfail(f"rel_err={acc.rel_err:.2e} > {FP16_GATE:g}: {why}")
 
@@ -86,7 +87,7 @@ def corr_inputs():
     """``f(case, device)``: the case's A, a Marlin-like output C0 (half of A @ W) and the
     asymmetric Marlin pack (formula q_minus_8), all on ``device``."""
     from harness.cases.data import case_data
-    from harness.kernels.marlin_pack import marlin_pack_asymmetric
+    from harness.kernels.marlin.pack import marlin_pack_asymmetric
 
     def make(case, device):
         data = case_data(case)

@@ -4,8 +4,8 @@ with its reason when there is no GPU, no build or no quanto Marlin).
 Every variant, on the parity chain's shapes, against exact arithmetic: the output minus
 (Marlin's own output + a_sum64 @ delta64) within 2 fp16 ULPs of the operands' scale, every
 element written (NaN-poisoned outputs), the accuracy gate vs the fp64 reference; the tiled
-kernels bit for bit equal to each other; planted defects (flags, TEST_DEFECT) caught under
-every variant; Marlin's rc passed through; the graph cache, the grow-only scratch, graph
+kernels bit for bit equal to each other; planted defects (paths built with correction
+flags, the planted -delta and twice-applied correction paths) caught under every variant; Marlin's rc passed through; the graph cache, the grow-only scratch, graph
 capture of every variant, the environment switch and ``auto``; one smoke run of the study.
 """
 
@@ -15,17 +15,17 @@ import csv
 
 import pytest
 import torch
+from planted.paths import CorrectionTwicePath, WrongSignDeltaPath
 
 import harness.cases.matrices  # noqa: F401  (registers the matrices)
 from harness.cases.data import case_data, quantize_asymmetric
 from harness.cases.registry import MATRICES
-from harness.kernels import correction_variants as cv
-from harness.kernels import marlin_asym
-from harness.kernels.marlin_asym import MarlinAsymPath, marlin_mm_asymmetric, new_workspace
-from harness.kernels.marlin_pack import marlin_pack_asymmetric
+from harness.kernels.marlin import variants as cv
+from harness.kernels.marlin.asym import MarlinAsymPath, marlin_mm_asymmetric, new_workspace
+from harness.kernels.marlin.pack import marlin_pack_asymmetric
 from harness.kernels.reference import a_group_sum, apply_marlin_correction, reference_fp64
 from harness.measure.accuracy import accuracy_stats
-from harness.measure.correction_study import correction_ulps
+from harness.studies.correction_study import correction_ulps
 
 pytestmark = pytest.mark.gpu
 
@@ -58,9 +58,9 @@ def mm(marlin_ext, cuda_device):
     return out
 
 
-def _run(variant, prepared, A, device):
+def _run(variant, prepared, A, device, path=None):
     out = _poison(A.shape[0], prepared.N, device)
-    path = MarlinAsymPath(variant=variant)
+    path = path or MarlinAsymPath(variant=variant)
     if variant == "marlin_only":
         path.run_marlin_only(prepared, A, out)
     else:
@@ -113,7 +113,7 @@ def test_variant_within_2_ulp_of_exact_correction(variant, case_id, mm, cuda_dev
     assert float(ulps.max()) <= 2.0, (variant, float(ulps.max()))
     again = _run(variant, prepared, A, cuda_device)
     assert torch.equal(out, again), "not bitwise repeatable"
-    gates[1](accuracy_stats(out, ref), "marlin_asym", case.per_row)   # may xfail: Marlin's own error
+    gates[1](accuracy_stats(out, ref), "marlin_asym", case)   # may xfail: Marlin's own error
 
 
 @pytest.mark.parametrize("variant", ["two_kernel_lean", "side_stream", "fused", "fused_pdl"])
@@ -164,16 +164,16 @@ def test_planted_flags_are_caught_under_every_variant(variant, flags, ext, cuda_
 
 @pytest.mark.parametrize("variant", EXT_CORRECTIONS)
 def test_planted_defects_fail_under_every_variant(variant, mm, cuda_device):
-    case, A, _, prepared, ref = mm[[c.id for c in _cases("mm_asym")][-1]]
+    case, A, w, prepared, ref = mm[[c.id for c in _cases("mm_asym")][-1]]
     marlin = _marlin_only(prepared, A, cuda_device)
     corr = _corr(A, prepared)
-    with marlin_asym.planted_defect(flags=1):
-        assert float(correction_ulps(_run(variant, prepared, A, cuda_device), marlin, corr).max()) > 2.0
-    for defect in ("delta_wrong_sign", "correction_twice"):
-        with marlin_asym.planted_defect(defect):
-            out = _run(variant, prepared, A, cuda_device)
+    fp16_accum = MarlinAsymPath(variant=variant, correction_flags=1)     # flag bit 0, planted
+    out = _run(variant, prepared, A, cuda_device, fp16_accum)
+    assert float(correction_ulps(out, marlin, corr).max()) > 2.0
+    for planted in (WrongSignDeltaPath(variant=variant), CorrectionTwicePath(variant=variant)):
+        out = _run(variant, planted.prepare(w, cuda_device), A, cuda_device, planted)
         acc = accuracy_stats(out, ref)
-        assert acc.nonfinite == 0 and not acc.passes(1e-3), (defect, acc)
+        assert acc.nonfinite == 0 and not acc.passes(1e-3), (type(planted).__name__, acc)
 
 
 @pytest.mark.parametrize("variant", EXT_CORRECTIONS)
@@ -285,7 +285,7 @@ def test_workspace_helper_still_matches_marlin(cuda_device):
 
 
 def test_study_smoke_run(marlin_ext, gpu_out_dir):
-    from harness.measure import correction_study
+    from harness.studies import correction_study
 
     out = gpu_out_dir / "correction_study_smoke"
     rc = correction_study.main(["--out", str(out), "--quick", "--no-sanity", "--filter",

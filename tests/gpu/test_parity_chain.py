@@ -20,14 +20,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from planted.paths import CorrectionTwicePath, WrongSignDeltaPath
 
 import harness.cases.matrices  # noqa: F401  (registers the matrices)
 from harness.cases.data import QuantizedWeight, case_data
 from harness.cases.registry import MATRICES
-from harness.kernels import marlin_asym
-from harness.kernels.marlin_pack import marlin_groupsize, marlin_pack_asymmetric
-from harness.kernels.marlin_providers import PROVIDERS, workspace_entries
+from harness.kernels.dispatch import DispatchSettings
+from harness.kernels.marlin.asym import marlin_mm_asymmetric
+from harness.kernels.marlin.pack import marlin_groupsize, marlin_pack_asymmetric
+from harness.kernels.marlin.providers import PROVIDERS, workspace_entries
+from harness.kernels.quant_gemm import QuantGemm
 from harness.kernels.reference import a_group_sum, apply_marlin_correction, reference_fp64
+from harness.kernels.registry_load import load_all
 from harness.measure.accuracy import accuracy_stats, ulp_size
 
 pytestmark = pytest.mark.gpu
@@ -194,25 +198,25 @@ def mm_cases(cuda_device):
 @pytest.mark.parametrize("case_id", [c.id for c in _cases("mm_asym")])
 def test_marlin_mm_asymmetric_passes_the_gate(case_id, mm_cases, marlin_ext, cuda_device, gates):
     case, A, w, ref = mm_cases[case_id]
-    path = marlin_asym.PATH
+    path = load_all().get("marlin_asym")
     prepared = path.prepare(w, cuda_device)
     out = _poison(case.M, case.N, cuda_device)
     path.run(prepared, A, out)
-    gates[1](accuracy_stats(out, ref), path.name, case.per_row)
+    gates[1](accuracy_stats(out, ref), path.name, case)
 
 
 @pytest.mark.parametrize("control", ["marlin_only", "delta_wrong_sign", "correction_twice"])
 @pytest.mark.parametrize("case_id", [c.id for c in _cases("mm_asym")])
 def test_negative_controls_fail_the_gate(control, case_id, mm_cases, marlin_ext, cuda_device):
     case, A, w, ref = mm_cases[case_id]
-    path = marlin_asym.PATH
+    path = {"marlin_only": load_all().get("marlin_asym"), "delta_wrong_sign": WrongSignDeltaPath(),
+            "correction_twice": CorrectionTwicePath()}[control]       # planted: path objects
     prepared = path.prepare(w, cuda_device)
     out = _poison(case.M, case.N, cuda_device)
     if control == "marlin_only":
         path.run_marlin_only(prepared, A, out)
     else:
-        with marlin_asym.planted_defect(control):
-            path.run(prepared, A, out)
+        path.run(prepared, A, out)
     acc = accuracy_stats(out, ref)
     assert acc.nonfinite == 0                     # the output was written ...
     assert not acc.passes(GATE), acc              # ... and is wrong
@@ -221,12 +225,10 @@ def test_negative_controls_fail_the_gate(control, case_id, mm_cases, marlin_ext,
 @pytest.mark.parametrize("case_id", [c.id for c in _cases("mm_asym") if c.per_row])
 def test_per_row_without_translation_falls_back_with_rc_2(case_id, mm_cases, marlin_ext, cuda_device,
                                                           gates):
-    from harness.kernels.dispatch import DispatchSettings, QuantGemm
-
     case, A, w, ref = mm_cases[case_id]
     pack = marlin_pack_asymmetric(w)
     C = _poison(case.M, case.N, cuda_device)
-    rc = marlin_asym.marlin_mm_asymmetric(A, pack, C, _ws(case.N, cuda_device), groupsize=case.K)
+    rc = marlin_mm_asymmetric(A, pack, C, _ws(case.N, cuda_device), groupsize=case.K)
     assert rc == 2
     settings = DispatchSettings(marlin_enabled=True, allow_sm90=True, translate_per_row=False)
     qg = QuantGemm(w, cuda_device, settings)
@@ -239,7 +241,7 @@ def test_per_row_without_translation_falls_back_with_rc_2(case_id, mm_cases, mar
     out = _poison(case.M, case.N, cuda_device)
     rec = fixed(A, out)
     assert (rec.path, rec.marlin_rc, rec.marlin_groupsize) == ("marlin_asym", 0, -1)
-    assert accuracy_stats(out, ref).passes(gates[0]("marlin_asym", True))
+    assert accuracy_stats(out, ref).passes(gates[0]("marlin_asym", case))
 
 
 # ------------------------------------------------------------------ 5. end to end

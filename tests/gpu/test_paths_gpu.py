@@ -22,16 +22,16 @@ import torch
 import harness.cases.matrices  # noqa: F401
 from harness.cases.data import case_data
 from harness.cases.registry import MATRICES
-from harness.kernels.base import KernelReturnCode
+from harness.kernels.base import KernelReturnCode, UnsupportedCase
 from harness.kernels.dispatch import (
     DispatchSettings,
-    QuantGemm,
-    UnsupportedCase,
     decide_for_case,
     expected_marlin_rc,
     marlin_groupsize_for,
-    reset_first_dispatch_log,
 )
+from harness.kernels.marlin.pack import marlin_pack_asymmetric
+from harness.kernels.marlin.providers import PROVIDERS, workspace_entries
+from harness.kernels.quant_gemm import QuantGemm, reset_first_dispatch_log
 from harness.kernels.reference import reference_fp64
 from harness.kernels.registry_load import load_all
 from harness.measure.accuracy import accuracy_stats
@@ -93,7 +93,7 @@ def test_path_accuracy_on_parity(case, path_name, data_cache, cuda_device, gates
         gs = marlin_groupsize_for(case.group_size, case.K)
         assert detail.rc == expected_marlin_rc(case.M, case.N, case.K, gs) != 0
         pytest.skip(f"Marlin rc={detail.rc} ({detail.detail}), as the rc model predicts")
-    gates[1](acc, path_name, case.per_row)
+    gates[1](acc, path_name, case)
 
 
 @pytest.mark.parametrize("case", EDGES, ids=lambda c: f"{c.tags[0]}-{c.id}")
@@ -112,7 +112,7 @@ def test_dispatch_on_edges_matches_the_model(case, data_cache, marlin_ext, cuda_
     if rec.path == "marlin_asym" and cuda_device.type == "cuda":
         assert "opt-in" in rec.arch_note or torch.cuda.get_device_capability() != (9, 0)
     acc = accuracy_stats(out, ref)
-    assert acc.nonfinite == 0 and acc.passes(gates[0](rec.path, case.per_row)), (rec, acc)
+    assert acc.nonfinite == 0 and acc.passes(gates[0](rec.path, case)), (rec, acc)
 
 
 def test_first_marlin_dispatch_is_logged_once(data_cache, marlin_ext, cuda_device, capfd):
@@ -227,7 +227,7 @@ def test_write_edges_dispatch_table(data_cache, marlin_ext, cuda_device, gpu_out
         rec = qg(A, out)
         torch.cuda.synchronize()
         acc = accuracy_stats(out, ref)
-        assert acc.passes(gates[0](rec.path, case.per_row)), (rec, acc)
+        assert acc.passes(gates[0](rec.path, case)), (rec, acc)
         t = _time_us(lambda q=qg, a=A, o=out: q(a, o), reps=10)
         tags = ";".join(x for x in case.tags if x != "edges")
         lines.append(f"| {case.id} | {tags} | {rec.path} | {rec.marlin_groupsize} | {rec.marlin_rc} | "
@@ -239,9 +239,6 @@ def test_write_edges_dispatch_table(data_cache, marlin_ext, cuda_device, gpu_out
 def test_marlin_split_k_diagnostic(data_cache, marlin_ext, cuda_device, gpu_out_dir):
     """Marlin + correction with all SMs (split-K, fp16 partial sums) vs one block (no split):
     records both errors so the report can attribute Marlin's error growth."""
-    from harness.kernels.marlin_pack import marlin_pack_asymmetric
-    from harness.kernels.marlin_providers import PROVIDERS, workspace_entries
-
     ids = ("M48-N1024-K4096-g128-s1", "M64-N2048-K8192-g128-s1", "M64-N1024-K2048-gK-s1")
     results = {}
     for case in (c for c in PARITY if c.id in ids):

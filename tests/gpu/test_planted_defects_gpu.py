@@ -3,7 +3,7 @@
     python3 -m pytest tests/gpu/test_planted_defects_gpu.py
 
 Each test runs the real runner on the GPU twice (clean, then with one defect of
-``harness.defects`` planted) and asserts the gate's verdict and reason on the affected
+``planted.defects`` planted: a misbehaving path object put in the test's registry) and asserts the gate's verdict and reason on the affected
 rows (the clean rows are the baseline). The last test prints a summary table (also written
 to ``$HARNESS_GPU_OUT/planted_defects_gpu.md``). Without a CUDA GPU, the harness extension
 or quanto's Marlin, every test skips with the precise reason (tests/gpu/conftest.py).
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from planted import defects
 
-from harness import defects
 from harness.cases.case import GemmCase
 from harness.config import load_settings
 from harness.kernels.base import PathRegistry
@@ -60,11 +60,11 @@ def _registry(*names: str) -> PathRegistry:
     return reg
 
 
-def _run(device, reg, cases, modes=("cold",), settings=FAST, max_copies=4):
+def _run(device, reg, cases, modes=("cold",), settings=FAST, max_copies=4, dispatch=None):
     major, minor = torch.cuda.get_device_capability(device)
     ctx = RunContext(matrix="defects", device=device, settings=settings, modes=modes, registry=reg,
                      arch=f"sm{major}{minor}", device_name=torch.cuda.get_device_name(device),
-                     commit="defects", max_copies=max_copies)
+                     commit="defects", max_copies=max_copies, dispatch_settings=dispatch)
     return Runner(ctx).run(list(cases))
 
 
@@ -93,7 +93,7 @@ def accuracy_base(gpu):
                                   "last_n_tile_skipped"])
 def test_accuracy_defects_are_worse_accuracy(name, gpu, accuracy_base):
     reg, base = accuracy_base
-    with defects.get(name).plant(device=gpu):
+    with defects.get(name).plant(registry=reg, device=gpu):
         rows = _run(gpu, reg, (GROUPED, PER_ROW))
     keys = [(c.id, "marlin_asym", "cold") for c in (GROUPED, PER_ROW)]
     v = _record(name, evaluate(rows, base, FAST), keys)
@@ -108,8 +108,9 @@ def test_per_row_without_minus_one_is_an_error_and_lost_dispatch(gpu, accuracy_b
     reg, base = accuracy_base
     by_key = {r.key: r for r in base}
     assert by_key[(PER_ROW.id, "native_int4", "cold")].dispatch_path == "marlin_asym"
-    with defects.get("per_row_untranslated").plant():
-        rows = _run(gpu, reg, (GROUPED, PER_ROW))
+    d = defects.get("per_row_untranslated")
+    with d.plant(registry=reg):
+        rows = _run(gpu, reg, (GROUPED, PER_ROW), dispatch=d.dispatch)
     cur = {r.key: r for r in rows}
     marlin = cur[(PER_ROW.id, "marlin_asym", "cold")]
     assert marlin.status == "error" and "rc=2" in marlin.error
@@ -129,7 +130,7 @@ def test_fp16_accumulation_is_less_accurate_against_the_baseline(gpu):
     the GPU's rel_err ever cross the bound, WORSE_ACCURACY wins, with the growth still listed."""
     reg = _registry("marlin_asym")
     base = _clean(gpu, reg, (MANY_GROUPS,))
-    with defects.get("fp16_accumulation").plant():
+    with defects.get("fp16_accumulation").plant(registry=reg):
         rows = _run(gpu, reg, (MANY_GROUPS,))
     key = (MANY_GROUPS.id, "marlin_asym", "cold")
     v = _record("fp16_accumulation", evaluate(rows, base, FAST), [key])
@@ -143,7 +144,7 @@ def test_fp16_accumulation_is_less_accurate_against_the_baseline(gpu):
 def test_scratch_not_regrown_breaks_the_larger_m(gpu):
     reg = _registry("marlin_asym")
     base = _clean(gpu, reg, (SMALL_M, LARGER_M))
-    with defects.get("scratch_not_regrown").plant(device=gpu):
+    with defects.get("scratch_not_regrown").plant(registry=reg, device=gpu):
         rows = _run(gpu, reg, (SMALL_M, LARGER_M))
     key = (LARGER_M.id, "marlin_asym", "cold")
     v = _record("scratch_not_regrown", evaluate(rows, base, FAST), [key])

@@ -9,8 +9,12 @@ Used to show that the gate catches a real regression on the GPU:
 """
 
 import os
+import sys
+from pathlib import Path
 
-from harness import defects
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the ``planted`` package
+
+from planted import defects  # noqa: E402
 
 _PLANT = defects.get("slowdown_5pct").plant(path=os.environ.get("HARNESS_PLANT_PATH", "fp16_cache"))
 _PLANT.__enter__()          # stays planted for the life of the process

@@ -18,9 +18,9 @@ from harness.reports.calibration import (
     medoid_rows,
     spreads,
 )
-from harness.reports.environment import Environment
-from harness.reports.store import RunMeta, write_run
 from harness.reports.synthetic import make_rows, resample
+from harness.results.environment import Environment
+from harness.results.store import RunMeta, write_run
 
 S = load_settings("default")
 K1, K2 = ("c1", "p", "graph"), ("c2", "p", "graph")
@@ -119,7 +119,7 @@ def test_margins_from_one_machine_do_not_cover_another():
 
 def test_record_names_runs_by_commit_gpu_and_date(tmp_path, capsys):
     from harness.cli import main
-    from harness.reports.baseline import load_baseline
+    from harness.results.baseline import load_baseline
 
     runs, labels = _fleet(machines=3, per_machine=2, offset_sd=0.004, seed=7)
     paths = []

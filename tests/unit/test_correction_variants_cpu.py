@@ -17,13 +17,13 @@ import torch
 
 from harness.cases.case import GemmCase
 from harness.cases.data import case_data
-from harness.kernels import correction_variants as cv
-from harness.kernels import marlin_asym
-from harness.kernels.marlin_asym import MarlinAsymPath
-from harness.measure import correction_study as study
+from harness.kernels.marlin import asym as marlin_asym
+from harness.kernels.marlin import variants as cv
+from harness.kernels.marlin.asym import MarlinAsymPath
 from harness.measure.accuracy import ulp_size
+from harness.studies import correction_study as study
 
-CSRC = Path(cv.__file__).resolve().parent / "csrc"
+CSRC = Path(cv.__file__).resolve().parents[1] / "csrc"
 CPU = torch.device("cpu")
 
 
@@ -106,15 +106,21 @@ def test_default_variant_is_the_studied_pick():
     assert {cv.concrete_variant("auto", m) for m in (1, 16, 64, 1024)} == {"side_stream"}
 
 
-def test_planted_defect_pins_a_variant_and_restores_it():
-    assert marlin_asym.TEST_VARIANT is None
-    with marlin_asym.planted_defect(None, flags=4, variant="two_kernel"):
-        assert (marlin_asym.TEST_VARIANT, marlin_asym.CORRECTION_FLAGS) == ("two_kernel", 4)
-    assert (marlin_asym.TEST_VARIANT, marlin_asym.CORRECTION_FLAGS) == (None, 0)
+def test_variant_and_correction_flags_are_constructor_arguments(monkeypatch):
+    """A planted flag defect is a path built with flags (pinned to a variant), never module
+    state: a default path next to it stays correct."""
+    monkeypatch.delenv(cv.VARIANT_ENV, raising=False)
+    planted = MarlinAsymPath(variant="two_kernel", correction_flags=4)
+    assert (planted.variant, planted.correction_flags) == ("two_kernel", 4)
+    assert (MarlinAsymPath().variant, MarlinAsymPath().correction_flags) == (None, 0)
+    assert "correction flags 4" in planted.implementation(torch.device("cuda"))
+    assert not hasattr(marlin_asym, "TEST_VARIANT") and not hasattr(marlin_asym, "CORRECTION_FLAGS")
+    assert set(marlin_asym.CORRECTION_FLAG_BITS.values()) == {1, 2, 4}
     with pytest.raises(cv.CorrectionVariantError, match="variant: 'bogus'"):
-        with marlin_asym.planted_defect(None, variant="bogus"):
-            pass
-    assert marlin_asym.TEST_VARIANT is None
+        MarlinAsymPath(variant="bogus")
+    for bad in (8, -1, True, 1.0):
+        with pytest.raises(ValueError, match="correction_flags"):
+            MarlinAsymPath(correction_flags=bad)
 
 
 # ------------------------------------------------------------------ the path

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from harness.measure.crosscheck import (
+from harness.studies.crosscheck import (
     busy_us,
     device_activity,
     device_spans,

@@ -1,4 +1,4 @@
-"""``python -m harness.measure.determinism`` on the CPU: a stable path has one output, a
+"""``harness study determinism`` on the CPU: a stable path has one output, a
 path that varies is counted and located, and bad arguments are one-line errors."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from harness.cases.case import GemmCase
 from harness.kernels.base import GemmPath, Prepared
-from harness.measure.determinism import main, measure
+from harness.studies.determinism import main, measure
 
 CASE = GemmCase(M=128, N=256, K=256, group_size=128, seed=5)
 

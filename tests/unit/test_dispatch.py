@@ -12,15 +12,16 @@ import harness.cases.matrices  # noqa: F401
 from harness.cases.data import quantize_asymmetric
 from harness.cases.registry import MATRICES
 from harness.kernels import dispatch as dp
+from harness.kernels import quant_gemm
 from harness.kernels.dispatch import (
     DispatchSettings,
-    QuantGemm,
     WeightTraits,
     decide,
     decide_for_case,
     expected_marlin_rc,
     marlin_groupsize_for,
 )
+from harness.kernels.quant_gemm import QuantGemm
 
 ADA = (8, 9)
 ON = DispatchSettings(marlin_enabled=True)
@@ -239,7 +240,7 @@ def test_quant_gemm_fp16_cache_and_real_native_on_cpu():
 
 
 def test_first_successful_dispatch_logged_once(capsys):
-    dp.reset_first_dispatch_log()
+    quant_gemm.reset_first_dispatch_log()
     qg = QuantGemm(_weight(K=256, N=256, gs=256), torch.device("cpu"), ON, capability=ADA,
                    marlin_call=FakeMarlin(), native_call=_native)
     A = torch.ones(16, 256, dtype=torch.float16)
@@ -247,11 +248,11 @@ def test_first_successful_dispatch_logged_once(capsys):
         qg(A, torch.empty(16, 256, dtype=torch.float16))
     err = capsys.readouterr().err
     assert err == "[marlin] first dispatch ok: BT=16 N=256 K=256 gs=-1\n"
-    dp.reset_first_dispatch_log()
+    quant_gemm.reset_first_dispatch_log()
 
 
 def test_no_log_when_marlin_fails(capsys):
-    dp.reset_first_dispatch_log()
+    quant_gemm.reset_first_dispatch_log()
     qg = QuantGemm(_weight(gs=64), torch.device("cpu"), ON, capability=ADA, marlin_call=FakeMarlin(),
                    native_call=_native)
     qg(torch.ones(16, 256, dtype=torch.float16), torch.empty(16, 256, dtype=torch.float16))
@@ -268,9 +269,9 @@ def test_marlin_paths_declare_the_shapes_marlin_rejects_before_the_call():
     """Forced Marlin rows on shapes without a kernel are `unavailable` (with the rc the
     launcher would return), not ERROR; the model is the one the dispatcher uses."""
     from harness.cases import MATRICES
-    from harness.kernels import load_all
     from harness.kernels.base import PATHS
     from harness.kernels.dispatch import expected_marlin_rc, marlin_groupsize_for
+    from harness.kernels.registry_load import load_all
 
     load_all()
     for name in ("marlin_asym", "marlin_fused_zero"):

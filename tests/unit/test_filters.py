@@ -60,3 +60,22 @@ def test_type_errors_are_reported_per_case():
 def test_empty_filter_keeps_everything():
     assert compile_filter(None)(GemmCase(M=1, N=128, K=128, group_size=128))
     assert compile_filter("  ")(GemmCase(M=1, N=128, K=128, group_size=128))
+
+
+@pytest.mark.parametrize("text, says", [
+    ("'a' * 100000000000 in tags", "string longer than"),
+    ("M * 99999999999999999999 * 999999999999 > 1", "beyond 64 bits"),
+    ("(" * 300 + "M" + ")" * 300 + " > 0", "nested too deeply|syntax nodes|not a valid"),
+    ("M + " * 600 + "M > 0", "too long"),
+    ("M + " * 300 + "M > 0", "syntax nodes"),
+])
+def test_a_filter_too_large_or_too_slow_is_refused_in_one_line(text, says):
+    import re
+
+    from harness.cases.filters import FilterError, compile_filter
+
+    with pytest.raises(FilterError) as exc:
+        pred = compile_filter(text)
+        pred(MATRICES.cases("smoke")[0])
+    msg = str(exc.value)
+    assert "\n" not in msg and len(msg) < 400 and re.search(says, msg), msg

@@ -9,24 +9,20 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from harness.commands.baseline import accept, calibrate
 from harness.config import load_settings
-from harness.reports.baseline import (
-    accept,
-    calibrate,
-    load_baseline,
-    read_baseline_matrix,
-)
-from harness.reports.environment import (
+from harness.reports.gate import FAILING, Verdict, evaluate
+from harness.reports.stats import noise_margins, speed_call, with_samples
+from harness.reports.synthetic import make_rows, resample
+from harness.results.baseline import load_baseline, read_baseline_matrix
+from harness.results.environment import (
     Environment,
     IncompatibleBaselineError,
     check_compatible,
     incompatibility,
 )
-from harness.reports.gate import FAILING, Verdict, evaluate
-from harness.reports.schema import SchemaError
-from harness.reports.stats import noise_margins, speed_call, with_samples
-from harness.reports.store import RunMeta, load_run, write_run
-from harness.reports.synthetic import make_rows, resample
+from harness.results.schema import SchemaError
+from harness.results.store import RunMeta, load_run, write_run
 
 S = load_settings("default")
 
@@ -477,7 +473,7 @@ def test_eager_mode_slowdown_is_informational_unless_the_preset_gates_it():
 
     from harness.config import load_settings
     from harness.reports.gate import judge_row
-    from harness.reports.schema import ResultRow
+    from harness.results.schema import ResultRow
 
     rng = np.random.default_rng(5)
 

@@ -1,10 +1,10 @@
-"""harness.reports.gate_study_report on synthetic verdicts (torch-free)."""
+"""harness.studies.gate_study_report on synthetic verdicts (torch-free)."""
 
 import math
 
 import pytest
 
-from harness.reports.gate_study_report import read_verdicts, render, summarize, write_verdicts
+from harness.studies.gate_study_report import read_verdicts, render, summarize, write_verdicts
 
 
 def _row(rep, kind, path, case, verdict, fails, base, cur, planted="", aa=None, expected=None):

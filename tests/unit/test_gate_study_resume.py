@@ -1,16 +1,19 @@
-"""``python3 -m harness.measure.gate_study --cpu``: calibration in separate processes, and a
+"""``harness study gate --cpu``: calibration in separate processes, and a
 study continued with ``--resume``."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from harness.measure import gate_study
+from harness.studies import gate_study
 
+#: The planted slowdown is a test double: the study takes it from the test suite.
+PLANTER = str(Path(__file__).resolve().parents[1] / "planted" / "slowdown_planter.py")
 ARGS = ["--cpu", "--matrix", "smoke", "--filter", "M <= 4", "--paths", "native_int4,fp16_cache",
-        "--plant", "fp16_cache", "--calibration-runs", "2", "--set", "max_case_seconds=0.02",
-        "--set", "warmup_ms=1"]
+        "--plant", "fp16_cache", "--planter", PLANTER, "--calibration-runs", "2",
+        "--set", "max_case_seconds=0.02", "--set", "warmup_ms=1"]
 
 
 def test_resume_reuses_the_calibration_and_numbers_on(tmp_path):

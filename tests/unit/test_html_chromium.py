@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from harness.config import load_settings
-from harness.reports.environment import Environment
 from harness.reports.gate import evaluate
 from harness.reports.render import write_reports
 from harness.reports.synthetic import make_rows, resample
+from harness.results.environment import Environment
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

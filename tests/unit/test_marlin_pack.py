@@ -9,7 +9,7 @@ import torch
 
 from harness.cases.data import QuantizedWeight, case_weight, quantize_asymmetric
 from harness.cases.registry import MATRICES
-from harness.kernels.marlin_pack import (
+from harness.kernels.marlin.pack import (
     MarlinPack,
     marlin_groupsize,
     marlin_pack_asymmetric,

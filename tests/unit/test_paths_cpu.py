@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from planted.paths import CorrectionTwicePath, WrongSignDeltaPath
 
 import harness.cases.matrices  # noqa: F401
 from harness.cases.case import GemmCase
 from harness.cases.data import case_data, quantize_asymmetric
 from harness.cases.registry import MATRICES
-from harness.kernels import build, marlin_asym
-from harness.kernels.base import PATHS
-from harness.kernels.dispatch import UnsupportedCase
-from harness.kernels.marlin_providers import PROVIDERS, get_provider, rc_meaning, workspace_entries
+from harness.kernels import build
+from harness.kernels.base import PATHS, UnsupportedCase
+from harness.kernels.marlin.facts import rc_meaning, workspace_entries
+from harness.kernels.marlin.providers import PROVIDERS, get_provider
 from harness.kernels.native_int4 import (
     NativeInt4Error,
     native_unsupported_reason,
@@ -111,28 +112,24 @@ def asym_case():
     return case, data, reference_fp64(data.A, data.weight)
 
 
-def _run_asym(data, defect=None, marlin_only=False):
-    path = load_all().get("marlin_asym")
+def _run_asym(data, path=None, marlin_only=False):
+    path = path or load_all().get("marlin_asym")
     prepared = path.prepare(data.weight, CPU)
     out = _poison(*(data.A.shape[0], data.weight.N))
     if marlin_only:
         path.run_marlin_only(prepared, data.A, out)
     else:
-        with marlin_asym.planted_defect(defect):
-            path.run(prepared, data.A, out)
+        path.run(prepared, data.A, out)
     return out
 
 
 def test_marlin_asym_negative_controls_fail_the_gate(asym_case):
     case, data, ref = asym_case
     assert accuracy_stats(_run_asym(data), ref).passes(GATE)
-    for kw in (dict(marlin_only=True), dict(defect="delta_wrong_sign"), dict(defect="correction_twice")):
+    for kw in (dict(marlin_only=True), dict(path=WrongSignDeltaPath()), dict(path=CorrectionTwicePath())):
         acc = accuracy_stats(_run_asym(data, **kw), ref)
         assert acc.nonfinite == 0 and not acc.passes(GATE), kw
-    assert marlin_asym.TEST_DEFECT is None and marlin_asym.CORRECTION_FLAGS == 0
-    with pytest.raises(ValueError, match="defect"):
-        with marlin_asym.planted_defect("nonsense"):
-            pass
+    assert accuracy_stats(_run_asym(data), ref).passes(GATE)     # the registered path: untouched
 
 
 def test_marlin_asym_per_row_uses_the_providers_formula():
@@ -206,7 +203,9 @@ def test_build_errors_are_one_line_on_this_machine():
 
 def test_sources_and_quanto_lookup():
     names = {p.name for p in build.own_sources()}
-    assert {"native_int4.cu", "correction.cu", "bindings.cpp", "harness_kernels.h"} <= names
+    assert {"native_int4.cu", "correction.cu", "bindings.cpp", "harness_kernels.h", "correction_variants.cu",
+            "correction_variants.cuh", "correction_variant_graph.cu", "correction_variant_side_stream.cu",
+            "correction_variant_fused.cu"} <= names
     folder, why = build.quanto_marlin_dir()
     assert (folder is None) != (why is None)
     if folder is not None:

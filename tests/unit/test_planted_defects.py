@@ -1,24 +1,27 @@
 """Issue 7, the planted-defect suite on a CPU: every CPU-detectable defect is caught.
 
-Each test plants one defect of ``harness.defects`` (the marlin_asym CPU emulation and the
-fp64 reference carry the Python-side defects), runs the real runner, and asserts that the
-gate fails the affected rows with a recognisable reason while the other rows pass. The
-GPU-only defects (scratch not regrown, fp16 accumulation, last N tile skipped, side stream)
-are in tests/gpu/test_planted_defects_gpu.py.
+Each test plants one defect of ``planted.defects`` (a misbehaving path object the test
+puts in a registry: the marlin_asym CPU emulation carries the Python-side defects), runs
+the real runner, and asserts that the gate fails the affected rows with a recognisable
+reason while the other rows pass. The GPU-only defects (scratch not regrown, fp16
+accumulation, last N tile skipped, side stream) are in tests/gpu/test_planted_defects_gpu.py.
+The product holds none of it: no switch, no test double (``test_the_product_holds_no_test_doubles``).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
+from planted import defects
 
-from harness import defects
 from harness.cases.case import GemmCase
 from harness.config import SETTING_TYPES, load_settings
-from harness.kernels import dispatch, marlin_asym, marlin_pack
+from harness.kernels import dispatch
 from harness.kernels.base import PATHS, GemmPath, PathRegistry
 from harness.kernels.registry_load import load_all
 from harness.measure.runner import RunContext, Runner
@@ -42,9 +45,10 @@ def _registry(*names: str) -> PathRegistry:
     return reg
 
 
-def _run(reg: PathRegistry, cases=(GROUPED, PER_ROW), settings=None):
+def _run(reg: PathRegistry, cases=(GROUPED, PER_ROW), settings=None, dispatch_settings=None):
     ctx = RunContext(matrix="defects", device=torch.device("cpu"), settings=settings or load_settings(overrides=FAST),
-                     modes=("cpu",), registry=reg, arch="cpu", device_name="cpu", commit="t")
+                     modes=("cpu",), registry=reg, arch="cpu", device_name="cpu", commit="t",
+                     dispatch_settings=dispatch_settings)
     return Runner(ctx).run(list(cases))
 
 
@@ -76,15 +80,25 @@ def test_registry_lists_every_required_defect():
 @pytest.mark.parametrize("name", [n for n in defects.DEFECTS if n != "scratch_not_regrown"])
 def test_planting_is_undone_on_exit(name):
     load_all()
-    saved = (marlin_pack.pack_codes, marlin_pack.marlin_groupsize, dispatch.decide_for_case,
-             marlin_asym.TEST_DEFECT, marlin_asym.CORRECTION_FLAGS, PATHS.get("marlin_asym"),
-             PATHS.get("fp16_cache"))
+    saved = [PATHS.get(n) for n in PATHS.names()]
     with pytest.raises(KeyError):
-        with defects.get(name).plant():
+        with defects.get(name).plant() as planted:
+            assert planted is PATHS.get(defects.get(name).default_path)      # a path object
+            assert planted not in saved and planted.name == defects.get(name).default_path
             raise KeyError("boom")                 # undone on error too
-    assert saved == (marlin_pack.pack_codes, marlin_pack.marlin_groupsize, dispatch.decide_for_case,
-                     marlin_asym.TEST_DEFECT, marlin_asym.CORRECTION_FLAGS, PATHS.get("marlin_asym"),
-                     PATHS.get("fp16_cache"))
+    assert saved == [PATHS.get(n) for n in PATHS.names()]
+
+
+def test_the_product_holds_no_test_doubles():
+    """No module of the product imports the test suite, keeps a defect switch or a test
+    double: every defect is a path object the tests build (``planted``)."""
+    root = Path(__file__).resolve().parents[2] / "harness"
+    assert not (root / "defects.py").exists() and not (root / "defect_paths.py").exists()
+    forbidden = re.compile(r"^\s*(from|import)\s+(planted|tests)\b|TEST_DEFECT|TEST_VARIANT|"
+                           r"planted_defect\(|CachedOutputPath|SlowdownPath", re.M)
+    hits = [f"{p.relative_to(root.parent)}: {m.group(0).strip()}" for p in sorted(root.rglob("*.py"))
+            for m in forbidden.finditer(p.read_text())]
+    assert not hits, hits
 
 
 # --------------------------------------------------------------------------- accuracy defects
@@ -114,7 +128,7 @@ def _fp16_accumulation_outputs(case: GemmCase):
     one fp16 rounding per group (the defect).
     """
     from harness.cases.data import case_data
-    from harness.kernels.marlin_pack import marlin_pack_asymmetric
+    from harness.kernels.marlin.pack import marlin_pack_asymmetric
     from harness.kernels.reference import a_group_sum, reference_fp64
 
     d = case_data(case)
@@ -133,13 +147,13 @@ def test_fp16_accumulation_signature_is_less_accurate_against_the_baseline():
     """The GPU-only fp16_accumulation defect stays inside Marlin's rel_err bound, so no
     absolute check sees it; against the baseline row of the same case its rel_err and
     rms-ULP p99 grow several-fold: LESS_ACCURATE (docs/reliability.md)."""
-    from harness.kernels.bounds import rel_err_bound
+
     from harness.measure.accuracy import accuracy_stats
     from harness.measure.runner import _accuracy_fields
-    from harness.reports.schema import ResultRow
+    from harness.results.schema import ResultRow
 
     assert defects.get("fp16_accumulation").verdict == Verdict.LESS_ACCURATE.value
-    bound, _ = rel_err_bound("marlin_asym", per_row=False)
+    bound, _ = load_all().get("marlin_asym").error_bound(GROUPED)          # asked of the path
     for case in (GemmCase(M=16, N=256, K=512, group_size=128, seed=21),        # GROUPED: 4 groups
                  GemmCase(M=16, N=1024, K=8192, group_size=128, seed=31)):     # the GPU test's, 64
         good, bad, ref = _fp16_accumulation_outputs(case)
@@ -160,11 +174,11 @@ def test_fp16_accumulation_signature_is_less_accurate_against_the_baseline():
 
 def test_packer_defect_lives_in_the_packed_codes():
     from harness.cases.data import case_data
-    from harness.kernels.marlin_pack import marlin_pack_asymmetric, unpack_codes
+    from harness.kernels.marlin.pack import marlin_pack_asymmetric, unpack_codes
 
     w = case_data(GROUPED).weight
-    with defects.get("packer_off_by_one_tile").plant():
-        bad = marlin_pack_asymmetric(w)
+    with defects.get("packer_off_by_one_tile").plant() as planted:
+        bad = planted.pack_weight(w, "q_minus_8")         # the planted path's own packer
     codes = unpack_codes(bad.B, w.K, w.N)
     assert torch.equal(codes[:, 16:], w.q[:, :-16]) and not torch.equal(codes, w.q)
     assert torch.equal(unpack_codes(marlin_pack_asymmetric(w).B, w.K, w.N), w.q)
@@ -179,12 +193,15 @@ def test_per_row_without_the_minus_one_translation_is_lost_dispatch(monkeypatch)
     reg = _registry("marlin_asym")
     base = _run(reg)
     assert {r.dispatch_path for r in base} == {"marlin_asym"}
-    with defects.get("per_row_untranslated").plant():
-        rows = _run(reg)
+    d = defects.get("per_row_untranslated")
+    with d.plant(registry=reg) as planted:
+        assert type(planted).__name__ == "UntranslatedPerRowPath"
+        rows = _run(reg, dispatch_settings=d.dispatch)      # the dispatcher's own switch
     by_case = {r.case_id: r for r in rows}
     assert by_case[PER_ROW.id].dispatch_path == "native_int4"
     assert "Marlin returned rc=2" in by_case[PER_ROW.id].fallback_reason
     assert by_case[GROUPED.id].dispatch_path == "marlin_asym"      # grouped weights unaffected
+    assert all(r.dispatch_marlin for r in base) and by_case[PER_ROW.id].dispatch_marlin is False
     result = evaluate(rows, base, GATE)
     v = _verdicts(result)
     lost = v[(PER_ROW.id, "marlin_asym")]
@@ -255,6 +272,10 @@ class Steady(GemmPath):
 
     def __init__(self):
         self.native = load_all().get("native_int4")
+        self.weight_formula = self.native.weight_formula
+
+    def weight_bytes(self, K, N, groups):
+        return self.native.weight_bytes(K, N, groups)
 
     def unavailable_reason(self, device):
         return None

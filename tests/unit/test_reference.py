@@ -9,7 +9,7 @@ import torch
 
 from harness.cases.data import QuantizedWeight, case_data, quantize_asymmetric
 from harness.cases.registry import MATRICES
-from harness.kernels.marlin_pack import marlin_pack_asymmetric
+from harness.kernels.marlin.pack import marlin_pack_asymmetric
 from harness.kernels.reference import (
     a_group_sum,
     apply_marlin_correction,

@@ -18,27 +18,27 @@ from dataclasses import replace
 
 import pytest
 import torch
+from planted.defects import FaultPath
 
 from harness.cases.case import GemmCase
 from harness.cli import main
 from harness.config import load_settings
-from harness.defects import FaultPath
-from harness.kernels.base import GemmPath, PathRegistry, Prepared
+from harness.kernels.base import GemmPath, PathRegistry, Prepared, int4_weight_bytes
 from harness.kernels.registry_load import load_all
 from harness.measure.runner import RunContext, Runner
-from harness.reports.baseline import (
+from harness.reports.gate import Verdict, evaluate
+from harness.reports.synthetic import make_rows
+from harness.results.baseline import (
     BaselineMeta,
     BaselineNotFoundError,
     load_baseline,
     read_baseline_matrix,
     write_baseline_matrix,
 )
-from harness.reports.environment import Environment
-from harness.reports.gate import Verdict, evaluate
-from harness.reports.schema import SchemaError
-from harness.reports.store import RunMeta, read_meta, read_rows, rows_to_csv_text, write_run
-from harness.reports.synthetic import make_rows
-from harness.reports.writer import RowWriter
+from harness.results.environment import Environment
+from harness.results.schema import SchemaError
+from harness.results.store import RunMeta, read_meta, read_rows, rows_to_csv_text, write_run
+from harness.results.writer import RowWriter
 
 S = load_settings("default")
 FAST = {"warmup_ms": 1, "max_case_seconds": 0.03, "min_samples": 3, "max_samples": 20,
@@ -317,6 +317,10 @@ class Spy(GemmPath):
     """Records whether ``out`` was all NaN on entry to every call."""
 
     name, description = "spy", "records the state of out"
+    weight_formula = "int4 K*N/2 + fp16 scale G*N*2 + fp16 zero G*N*2"
+
+    def weight_bytes(self, K, N, groups):       # the byte model the roofline asks for
+        return int4_weight_bytes(K, N, groups, 4)
 
     def __init__(self):
         self.calls: list[tuple[float, bool]] = []
@@ -395,7 +399,7 @@ def test_wrong_arch_is_skipped_and_force_records_the_real_arch(tmp_path, commit,
 def test_a_schema_1_csv_still_reads_with_the_determinism_columns_unmeasured(tmp_path, rows):
     """Schema 2 added the run-to-run columns; a stored schema-1 CSV (every committed
     baseline before them) reads, upgraded, with accuracy_runs 0 (= not measured)."""
-    from harness.reports.schema import ADDED_IN_2, ADDED_IN_3, RESULT_SCHEMA_VERSION
+    from harness.results.schema import ADDED_IN_2, ADDED_IN_3, RESULT_SCHEMA_VERSION
 
     table = list(csv.reader(io.StringIO(rows_to_csv_text(rows))))
     keep = [i for i, c in enumerate(table[0]) if c not in ADDED_IN_2 and c not in ADDED_IN_3]
@@ -418,9 +422,9 @@ def test_a_schema_1_csv_still_reads_with_the_determinism_columns_unmeasured(tmp_
 def test_a_schema_2_csv_reads_with_the_rms_ulp_columns_unmeasured(tmp_path, rows):
     """Schema 3 added rms_ulp_p99 / rms_ulp_max; a schema-2 CSV (the committed baselines)
     reads them as NaN, which the gate does not compare (LESS_ACCURATE then rests on rel_err)."""
-    from harness.reports.schema import ADDED_IN_3, RESULT_SCHEMA_VERSION
+    from harness.results.schema import ADDED_IN_3, RESULT_SCHEMA_VERSION
 
-    assert RESULT_SCHEMA_VERSION == 3 and set(ADDED_IN_3) == {"rms_ulp_p99", "rms_ulp_max"}
+    assert RESULT_SCHEMA_VERSION == 4 and set(ADDED_IN_3) == {"rms_ulp_p99", "rms_ulp_max"}
     text = rows_to_csv_text(rows)
     for column in ADDED_IN_3:
         text = _edit_csv(text, column, None)

@@ -20,19 +20,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from planted.defects import FaultPath, swapped_path
 
 from harness.cases.case import GemmCase
 from harness.cli import main
 from harness.config import load_settings
-from harness.defects import FaultPath, swapped_path
 from harness.kernels.base import PathRegistry
 from harness.kernels.registry_load import load_all
 from harness.measure.escape import escaped_work
 from harness.measure.runner import RunContext, Runner
 from harness.reports.gate import Verdict, evaluate
-from harness.reports.schema import column_names
-from harness.reports.store import read_rows
-from harness.reports.writer import LOCK_NAME
+from harness.results.schema import column_names
+from harness.results.store import read_rows
+from harness.results.writer import LOCK_NAME
 
 FAST = {"warmup_ms": 1, "max_case_seconds": 0.03, "min_samples": 3, "max_samples": 20,
         "target_rel_spread": 0.05}
@@ -244,7 +244,7 @@ def test_atomic_writes_survive_a_crash_in_the_middle(tmp_path):
     target.write_text(",".join(column_names()) + "\n")
     code = textwrap.dedent(f"""
         import os
-        from harness.reports import store
+        from harness.results import store
         os.replace = lambda src, dst: os._exit(9)     # dies right before the rename
         store.atomic_write_text({str(target)!r}, "half written\\n")
     """)
@@ -253,5 +253,5 @@ def test_atomic_writes_survive_a_crash_in_the_middle(tmp_path):
     assert target.read_text() == ",".join(column_names()) + "\n"
     leftovers = [p.name for p in tmp_path.iterdir() if p != target]
     assert leftovers and all(n.startswith(".smoke.csv.") and n.endswith(".tmp") for n in leftovers)
-    from harness.reports.store import find_result_csvs
+    from harness.results.store import find_result_csvs
     assert find_result_csvs(tmp_path) == [target]                  # the temp file is no result

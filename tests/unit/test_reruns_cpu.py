@@ -11,7 +11,7 @@ import torch
 
 from harness.cases.case import GemmCase
 from harness.config import load_settings
-from harness.kernels.base import GemmPath, PathRegistry, Prepared
+from harness.kernels.base import GemmPath, PathRegistry, Prepared, int4_weight_bytes
 from harness.measure.reruns import accuracy_over_runs, same_bits
 from harness.measure.runner import RunContext, Runner
 
@@ -68,6 +68,10 @@ def test_same_bits_is_bitwise():
 
 class Exact(GemmPath):
     name, description = "exact", "fp32 torch matmul"
+    weight_formula = "int4 K*N/2 + fp16 scale G*N*2 + fp16 zero G*N*2"
+
+    def weight_bytes(self, K, N, groups):       # the byte model the roofline asks for
+        return int4_weight_bytes(K, N, groups, 4)
 
     def unavailable_reason(self, device):
         return None

@@ -7,6 +7,8 @@ import math
 import pytest
 
 from harness.cases.case import GemmCase
+from harness.kernels.base import GemmPath
+from harness.kernels.registry_load import load_all
 from harness.measure.roofline import Peaks, bytes_moved, datasheet_peaks, roofline
 
 CASE = GemmCase(M=16, N=8192, K=8192, group_size=128)   # 64 groups
@@ -19,13 +21,36 @@ A_C = 16 * 8192 * 2 + 16 * 8192 * 2                      # 524288
     ("marlin_fused_zero", 33554432 + 64 * 8192 * 2 * 2),
     ("tinygemm", 33554432 + 64 * 8192 * 4),
     ("fp16_cache", 8192 * 8192 * 2),
-    ("something_new", 33554432 + 64 * 8192 * 4),
 ])
 def test_bytes_per_path(path, weight):
     bm = bytes_moved(path, CASE)
     assert bm.weight == weight
     assert bm.total == weight + A_C
     assert bm.formula
+    assert bytes_moved(load_all().get(path), CASE) == bm       # the path object is asked
+
+
+def test_an_unknown_path_or_one_without_a_byte_model_is_an_error():
+    """Never a default model: a name no path has, or a path that declares no bytes."""
+    with pytest.raises(ValueError, match="unknown path 'something_new'"):
+        bytes_moved("something_new", CASE)
+    with pytest.raises(ValueError, match="unknown path"):
+        roofline(CASE, "something_new", 20.0, None, None)
+
+    class NoModel(GemmPath):
+        name = "no_model"
+
+        def unavailable_reason(self, device):
+            return None
+
+        def prepare(self, weight, device):
+            raise AssertionError
+
+        def run(self, prepared, A, out):
+            raise AssertionError
+
+    with pytest.raises(NotImplementedError, match="no_model.*byte model"):
+        bytes_moved(NoModel(), CASE)
 
 
 def test_per_row_has_one_group():

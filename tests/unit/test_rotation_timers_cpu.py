@@ -117,3 +117,17 @@ def test_graph_timer_replays_slices_round_robin(monkeypatch, calls, span):
         assert all(flat[k] == flat[k % span] for k in range(len(flat)))
         assert flat[:span] == list(range(span))
     t.close()
+
+
+@pytest.mark.parametrize("ratio", [0.0, 1.0, 3.0])
+def test_graph_timer_idles_after_each_batch_untimed(monkeypatch, ratio):
+    """``idle_ratio`` x the batch's event time of host sleep after each replay (the duty
+    cycle that keeps the GPU off its power cap); the returned time is the events' alone."""
+    fake = FakeCuda(monkeypatch)                 # every batch reads 1.0 ms between its events
+    slept: list[float] = []
+    monkeypatch.setattr(timers.time, "sleep", slept.append)
+    t = timers.make_timer("graph", fake.step(4), 4, "cuda:0", span=4, idle_ratio=ratio)
+    assert [t() for _ in range(3)] == [pytest.approx(250.0)] * 3      # 1 ms / 4 calls, in us
+    assert slept == ([pytest.approx(ratio * 1e-3)] * 3 if ratio else [])
+    with pytest.raises(timers.TimingError, match="idle_ratio"):
+        timers.GraphBatchTimer(fake.step(4), 4, "cuda:0", idle_ratio=-1.0)

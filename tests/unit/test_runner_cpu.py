@@ -8,13 +8,19 @@ import pytest
 import torch
 
 from harness.cases.case import GemmCase
+from harness.commands import bench as bench_cli
 from harness.config import load_settings
-from harness.kernels.base import GemmPath, KernelReturnCode, PathRegistry, Prepared
-from harness.measure import cli as bench_cli
+from harness.kernels.base import (
+    GemmPath,
+    KernelReturnCode,
+    PathRegistry,
+    Prepared,
+    int4_weight_bytes,
+)
 from harness.measure.roofline import Peaks
 from harness.measure.runner import RunContext, Runner
-from harness.reports.store import read_rows
-from harness.reports.writer import RowWriter
+from harness.results.store import read_rows
+from harness.results.writer import RowWriter
 
 CASES = [GemmCase(M=4, N=128, K=256, group_size=128, seed=9, tags=("t",)),
          GemmCase(M=2, N=64, K=128, group_size=128, seed=9, tags=("t",))]
@@ -24,6 +30,10 @@ FAST = {"warmup_ms": 1, "max_case_seconds": 0.05, "min_samples": 5, "max_samples
 
 class Good(GemmPath):
     name, description = "good", "fp32 torch matmul"
+    weight_formula = "int4 K*N/2 + fp16 scale G*N*2 + fp16 zero G*N*2"
+
+    def weight_bytes(self, K, N, groups):       # the byte model the roofline asks for
+        return int4_weight_bytes(K, N, groups, 4)
 
     def unavailable_reason(self, device):
         return None

@@ -12,9 +12,10 @@ from dataclasses import replace
 
 import pytest
 
-from harness.reports.environment import Environment
-from harness.reports.schema import SchemaError, column_names
-from harness.reports.store import (
+from harness.reports.synthetic import make_rows
+from harness.results.environment import Environment
+from harness.results.schema import SchemaError, column_names
+from harness.results.store import (
     RunMeta,
     atomic_write_text,
     find_result_csvs,
@@ -27,8 +28,7 @@ from harness.reports.store import (
     write_rows,
     write_run,
 )
-from harness.reports.synthetic import make_rows
-from harness.reports.writer import LOCK_NAME, DirLock, RowWriter, StoreLockedError
+from harness.results.writer import LOCK_NAME, DirLock, RowWriter, StoreLockedError
 
 
 def _same(a, b) -> bool:
@@ -183,7 +183,7 @@ def test_lock_blocks_a_second_writer_in_process_and_across_processes(tmp_path, r
             RowWriter(path, mode="resume").open()
         assert f"pid {os.getpid()}" in str(exc.value) and "\n" not in str(exc.value)
         code = textwrap.dedent(f"""
-            from harness.reports.writer import DirLock, StoreLockedError
+            from harness.results.writer import DirLock, StoreLockedError
             try:
                 DirLock({str(tmp_path / 'run')!r}).acquire()
             except StoreLockedError as e:
@@ -199,7 +199,7 @@ def test_lock_blocks_a_second_writer_in_process_and_across_processes(tmp_path, r
 def test_lock_of_a_dead_holder_is_free(tmp_path):
     code = textwrap.dedent(f"""
         import os
-        from harness.reports.writer import DirLock
+        from harness.results.writer import DirLock
         DirLock({str(tmp_path)!r}).acquire()
         os._exit(0)  # dies holding it, the lock file stays behind
     """)

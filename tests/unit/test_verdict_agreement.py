@@ -11,11 +11,11 @@ import pytest
 
 from harness.cli import main
 from harness.config import load_settings
-from harness.reports.environment import Environment
 from harness.reports.gate import evaluate
 from harness.reports.gate_record import write_gate_record
-from harness.reports.store import RunMeta, load_run, write_run
 from harness.reports.synthetic import make_rows, resample
+from harness.results.environment import Environment
+from harness.results.store import RunMeta, load_run, write_run
 
 S = load_settings("default")
 ENV = Environment(arch="sm90", gpu_name="synthetic H200", torch="2.11.0", cuda="13.0",
@@ -62,7 +62,19 @@ def test_cpu_bench_report_and_compare_agree_row_for_row(tmp_path, capsys, monkey
     (so rows get confirmed), then report and compare of what it stored."""
     from harness.kernels.base import PATHS
 
+    from harness.commands import bench as bench_command
+
     monkeypatch.setattr(PATHS, "_paths", dict(PATHS._paths))     # the plugin's swap stays here
+    loaded: list[dict] = []
+    monkeypatch.setattr(bench_command, "_PLUGIN_NAMESPACES", loaded)
+    try:
+        _bench_report_compare(tmp_path, capsys, monkeypatch, PATHS)
+    finally:                                  # undo the plant while its registry is still here
+        for namespace in loaded:
+            namespace["_PLANT"].__exit__(None, None, None)
+
+
+def _bench_report_compare(tmp_path, capsys, monkeypatch, PATHS):
     monkeypatch.setenv("HARNESS_PLANT_PATH", "native_int4")
     common = ["bench", "--cpu", "--matrix", "smoke", "--paths", "native_int4,fp16_cache",
               "--no-progress", "--set", "max_case_seconds=0.3", "--set", "gate_eager_speed=1"]
@@ -71,6 +83,9 @@ def test_cpu_bench_report_and_compare_agree_row_for_row(tmp_path, capsys, monkey
     assert main(["baseline", "accept", str(first), "--root", str(tmp_path / "bl"), "--yes"]) == 0
     rc = main(common + ["--out", str(tmp_path / "r1"), "--baselines", str(tmp_path / "bl"),
                         "--plugin", PLUGIN])
+    # the plugin's swap outlives the plugin file's run (an early version lost it when the
+    # file's namespace was freed, and a planted run on the GPU then measured nothing planted)
+    assert type(PATHS.get("native_int4")).__name__ == "SlowdownPath"
     [run_dir] = list((tmp_path / "r1").glob("*/cpu"))
     stored = json.loads((run_dir / "smoke.json").read_text())["gate"]
     assert stored["exit_code"] == rc and stored["verdicts"]

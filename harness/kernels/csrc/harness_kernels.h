@@ -4,7 +4,9 @@
 // correction.cu  : the asymmetric zero-point correction for Marlin (a_group_sum,
 //                  correction_accum) and the cached, doubling scratch buffer for a_sum.
 // correction_variants.cu : faster designs of the same correction (side stream, fused
-//                  tiled kernel, PDL, CUDA graph), selectable per call.
+//                  tiled kernel, PDL, CUDA graph), selectable per call: the driver; the
+//                  variants live in correction_variant_{graph,side_stream,fused}.cu and
+//                  share correction_variants.cuh.
 //
 // Everything lives in namespace harness_int4 so nothing can collide with the symbols of
 // Marlin's kernel source, which is compiled into the same extension.
@@ -28,7 +30,10 @@ cudaError_t launch_native_int4(const __half* A, const uint32_t* Bq, const __half
                                int group_size, cudaStream_t stream);
 
 // ---------------------------------------------------------------- correction
-// Test-only planted defects for the correction entry points (flags argument, default 0).
+// Bits of the correction entry points' `flags` argument (an ordinary parameter, default 0).
+// Each bit makes the correction wrong in a known way: the planted defects the test suite
+// must catch. The product passes 0; a test builds MarlinAsymPath(correction_flags=...) or
+// calls the entry points with a bit set.
 enum CorrectionFlags : int {
   kFlagHalfAccum = 1,      // bit 0: correction_accum accumulates in fp16 instead of fp32
   kFlagSkipLastNTile = 2,  // bit 1: correction_accum skips the last 128-column tile

@@ -1,0 +1,381 @@
+"""``harness baseline {accept,record,calibrate,lomo,show}``: promote runs, calibrate margins.
+
+``accept`` promotes a run (printing the gate table against the previous baseline first,
+then asking unless ``--yes``); ``record`` makes a new baseline from N A/A runs of one
+commit (per case the medoid run's row) and ``calibrate`` replaces the noise margins of the
+existing one from such runs (``harness.reports.calibration``); ``lomo`` checks those
+margins leaving one machine out; ``show`` prints what a baseline directory holds. The
+files themselves are ``harness.results.baseline``'s. Exit 0, or 1 when ``lomo`` finds a
+false alarm or a missed planted slowdown; 2 on bad input (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ..config import Settings
+from ..errors import HarnessError
+from ..reports.calibration import (
+    DEFAULT_COVERAGE,
+    DEFAULT_PRIOR_DF,
+    KeySpread,
+    leave_one_machine_out,
+    machines_of,
+    medoid_rows,
+    run_identity,
+    run_medians,
+    spreads,
+)
+from ..reports.gate import evaluate
+from ..reports.markdown import text_table
+from ..reports.stats import median
+from ..results.baseline import (
+    Baseline,
+    BaselineMeta,
+    BaselineNotFoundError,
+    load_baseline,
+    read_baseline_matrix,
+    run_arch,
+    run_settings,
+    write_baseline_matrix,
+)
+from ..results.environment import (
+    Environment,
+    IncompatibleBaselineError,
+    check_environment,
+    warning_lines,
+)
+from ..results.schema import Key, ResultRow, SchemaError
+from ..results.store import Run, load_run, now_iso
+from ..results.writer import DirLock
+from .common import add_settings_args, csv_list, settings_from_args
+
+RUNS_HELP = ("A/A result directories of one commit, from separate processes on separate "
+             "machines (at least 4 processes on 3 machines for a baseline that must hold on a "
+             "new machine; docs/measurement.md)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("baseline", help="accept, record, calibrate or show baselines",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    bsub = p.add_subparsers(dest="baseline_command", required=True, metavar="ACTION")
+    a = bsub.add_parser("accept", help="print the diff against the current baseline, then promote RUN")
+    a.add_argument("run", help="a result CSV or results directory")
+    a.add_argument("--arch", default=None, help="baseline arch (default: the run's)")
+    a.add_argument("--root", default="baselines", help="baselines root (default baselines)")
+    a.add_argument("--yes", action="store_true",
+                   help="promote without asking (for CI); otherwise asks after printing the changes")
+    add_settings_args(a)
+    a.set_defaults(func=run_accept)
+    for name, helptext, func in (
+        ("record", "a new baseline from N A/A runs: per case the medoid run's row, margins from all",
+         run_record),
+        ("calibrate", "replace the noise margins of the existing baseline from N A/A runs",
+         run_calibrate),
+        ("lomo", "leave-one-machine-out check of the margins that N A/A runs would give",
+         run_lomo),
+    ):
+        c = bsub.add_parser(name, help=helptext, description=helptext)
+        c.add_argument("--runs", nargs="+", required=True, metavar="RUN", help=RUNS_HELP)
+        c.add_argument("--arch", default=None)
+        c.add_argument("--root", default="baselines")
+        c.add_argument("--coverage", type=float, default=DEFAULT_COVERAGE,
+                       help="per-row probability that an unchanged build on a new machine stays "
+                            f"inside its margin (default {DEFAULT_COVERAGE})")
+        c.add_argument("--prior-df", type=float, default=DEFAULT_PRIOR_DF,
+                       help="weight, in degrees of freedom, of the class's pooled spread against a "
+                            f"row's own (default {DEFAULT_PRIOR_DF:g})")
+        if name == "lomo":
+            c.add_argument("--planted", type=float, default=0.05,
+                           help="planted slowdown checked on each held-out run (default 0.05)")
+            c.add_argument("--modes", default="graph", help="modes whose speed gates (default graph)")
+        add_settings_args(c)
+        c.set_defaults(func=func)
+    s = bsub.add_parser("show", help="print a baseline's environment, rows and margins")
+    s.add_argument("--arch", default=None, help="arch (default: every arch under --root)")
+    s.add_argument("--root", default="baselines")
+    s.set_defaults(func=run_show)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``harness baseline ACTION``: the action's own ``run_*``."""
+    return args.func(args)
+
+
+def run_accept(args: argparse.Namespace) -> int:
+    accept(load_run(args.run), args.root, settings_from_args(args), arch=args.arch,
+           confirm=None if args.yes else _ask_accept)
+    return 0
+
+
+def _ask_accept() -> bool:
+    """Ask on a terminal; refuse (one line) where nobody can answer."""
+    if not sys.stdin.isatty():
+        raise HarnessError("not a terminal, so nobody can confirm the changes printed above; "
+                           "run again with --yes to promote the run")
+    return input("promote this run to the baseline? [y/N] ").strip().lower() in ("y", "yes")
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    calibrate(args.runs, args.root, settings_from_args(args), arch=args.arch,
+              coverage=args.coverage, prior_df=args.prior_df)
+    return 0
+
+
+def run_record(args: argparse.Namespace) -> int:
+    record(args.runs, args.root, settings_from_args(args), arch=args.arch,
+           coverage=args.coverage, prior_df=args.prior_df)
+    return 0
+
+
+def run_lomo(args: argparse.Namespace) -> int:
+    """Print the leave-one-machine-out table; exit 1 when a held-out run had a false alarm
+    or a planted slowdown was caught in fewer than 95% of its rows."""
+    lines, ok = lomo_table(args.runs, settings_from_args(args), coverage=args.coverage,
+                           prior_df=args.prior_df, planted=args.planted, modes=csv_list(args.modes))
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+def run_show(args: argparse.Namespace) -> int:
+    root = Path(args.root)
+    if args.arch:
+        show(root / args.arch)
+        return 0
+    arches = sorted(d for d in root.glob("*") if d.is_dir() and any(d.glob("*.csv"))) if root.is_dir() else []
+    if not arches:
+        raise BaselineNotFoundError(f"no baselines under {root}")
+    for d in arches:
+        show(d)
+    return 0
+
+
+def _run_name(run: Run, matrix: str) -> str:
+    """A source run named by commit, GPU uuid and date (no local path)."""
+    meta = run.metas.get(matrix)
+    ident = run_identity(meta.environment if meta else run.environment, meta.created if meta else "")
+    return ", ".join(f"{k} {v}" for k, v in ident.items() if v and k != "machine") or run.label
+
+
+def accept(
+    run: Run, root: str | Path, settings: Settings, *, arch: str | None = None,
+    echo: Callable[[str], None] = print, confirm: Callable[[], bool] | None = None,
+) -> list[Path]:
+    """Promote ``run`` to the baseline of its arch, printing the diff against the old one.
+
+    ``confirm()`` is asked after every diff is printed and before anything is written
+    (None: write without asking, ``harness baseline accept --yes``).
+
+    Noise margins of the previous baseline are kept for the keys still present when the
+    environments are comparable under ``check_environment`` (recalibrate after an
+    environment change: its warnings are printed); a previous baseline it refuses is
+    replaced without a diff. The baseline's settings are the run's ``run_settings`` (its
+    settings, timing modes and CPU threads), so later comparisons can check them.
+    """
+    arch = run_arch(run, arch)
+    directory = Path(root) / arch
+    written: list[Path] = []
+    pending: list[tuple[list[ResultRow], BaselineMeta]] = []
+    with DirLock(directory):
+        for matrix in run.matrices:
+            rows = [r for r in run.rows if r.matrix == matrix]
+            env = (run.metas[matrix].environment if matrix in run.metas else Environment())
+            env = env.with_fallbacks(arch=arch, gpu_name=rows[0].device_name if rows else "",
+                                     commit=rows[0].commit if rows else "")
+            margins: dict[Key, float] = {}
+            calibration: Mapping[str, object] = {}
+            try:
+                old_rows, old_meta = read_baseline_matrix(directory, matrix)
+            except BaselineNotFoundError:
+                echo(f"{matrix}: no previous baseline in {directory}; accepting {len(rows)} rows")
+            except SchemaError as exc:
+                echo(f"{matrix}: previous baseline unreadable ({exc}); replacing it")
+            else:
+                try:
+                    warnings = check_environment(old_meta.environment, env, old_meta.settings,
+                                                 run_settings(run, matrix), what="previous baseline")
+                except IncompatibleBaselineError as exc:
+                    warnings = None
+                    echo(f"{matrix}: {exc}; replacing it without a diff")
+                if warnings is not None:
+                    for line in warning_lines(f"harness baseline accept: {matrix}", warnings):
+                        echo(line)
+                    result = evaluate(rows, old_rows, settings, margins=old_meta.noise_margins,
+                                      baseline_label="old baseline", current_label=run.label)
+                    echo(f"{matrix}: changes against the previous baseline:")
+                    echo(text_table(result, changes_only=True))
+                    keys = {r.key for r in rows}
+                    margins = {k: v for k, v in old_meta.noise_margins.items() if k in keys}
+                    calibration = old_meta.calibration
+            meta = BaselineMeta(
+                matrix=matrix, arch=arch, environment=env, rows_sha256="", noise_margins=margins,
+                settings=run_settings(run, matrix) if matrix in run.metas else settings.to_dict(),
+                source=_run_name(run, matrix),
+                accepted=now_iso(), calibration=calibration,
+            )
+            pending.append((rows, meta))
+        if confirm is not None and not confirm():
+            echo("harness baseline accept: nothing written (not confirmed)")
+            return []
+        for rows, meta in pending:
+            written.append(write_baseline_matrix(directory, rows, meta))
+            echo(f"{meta.matrix}: baseline written to {written[-1]}")
+    return written
+
+
+def _load_aa_runs(run_paths: Sequence[str | Path], echo: Callable[[str], None] = print) -> list[Run]:
+    """Stored A/A runs of one commit, in comparable environments (one-line errors;
+    ``check_environment``'s warnings are echoed)."""
+    if len(run_paths) < 2:
+        raise ValueError(f"--runs: calibration needs at least 2 A/A runs, got {len(run_paths)}")
+    runs = [load_run(p) for p in run_paths]
+    commits = {r.environment.commit for r in runs}
+    if len(commits) > 1:
+        raise ValueError("--runs: A/A calibration needs runs of one commit; got " + ", ".join(sorted(commits)))
+    warnings: list[str] = []
+    for other in runs[1:]:
+        warnings += check_environment(runs[0].environment, other.environment, run_settings(runs[0]),
+                                      run_settings(other), what=f"A/A run {runs[0].source}",
+                                      current=f"A/A run {other.source}")
+    for line in warning_lines("harness baseline", dict.fromkeys(warnings)):
+        echo(line)
+    return runs
+
+
+def _calibration_info(runs: Sequence[Run], matrix: str, coverage: float, prior_df: float,
+                      floor: float, spread: Mapping[Key, KeySpread]) -> dict:
+    machines = machines_of([r.environment for r in runs])
+    margins = [s.margin for s in spread.values()]
+    return {
+        "method": "moderated log-spread, one-sided prediction bound (harness.reports.calibration)",
+        "coverage": coverage, "prior_df": prior_df, "floor": floor, "date": now_iso(),
+        "runs": len(runs), "machines": len(set(machines)),
+        "sources": [run_identity(r.environment, r.metas[matrix].created if matrix in r.metas else "")
+                    for r in runs],
+        "margin_median": median(margins) if margins else math.nan,
+        "margin_max": max(margins) if margins else math.nan,
+    }
+
+
+def _spreads_for(runs: Sequence[Run], matrix: str, settings: Settings, coverage: float,
+                 prior_df: float) -> dict[Key, KeySpread]:
+    machines = machines_of([r.environment for r in runs])
+    return spreads([run_medians(r.rows, matrix) for r in runs], machines, coverage=coverage,
+                   prior_df=prior_df, floor=settings.noise_margin_floor)
+
+
+def _say_margins(echo, matrix: str, runs: int, machines: int, spread: Mapping[Key, KeySpread]) -> None:
+    if not spread:
+        echo(f"{matrix}: no key timed in two runs; margins unchanged")
+        return
+    margins = {k: s.margin for k, s in spread.items()}
+    worst = max(margins, key=margins.get)
+    echo(f"{matrix}: {len(margins)} noise margins from {runs} runs on {machines} machine(s); "
+         f"median {median(list(margins.values())):.2%}, largest {margins[worst]:.2%} at {'/'.join(worst)}")
+
+
+def calibrate(
+    run_paths: Sequence[str | Path], root: str | Path, settings: Settings, *,
+    arch: str | None = None, coverage: float = DEFAULT_COVERAGE, prior_df: float = DEFAULT_PRIOR_DF,
+    echo: Callable[[str], None] = print,
+) -> dict[str, dict[Key, float]]:
+    """Noise margins from N A/A runs of one commit (``harness.reports.calibration``),
+    stored in the existing baseline json(s); the baseline rows are kept."""
+    runs = _load_aa_runs(run_paths, echo)
+    arch = run_arch(runs[0], arch)
+    directory = Path(root) / arch
+    out: dict[str, dict[Key, float]] = {}
+    with DirLock(directory):
+        for matrix in runs[0].matrices:
+            rows, meta = read_baseline_matrix(directory, matrix)
+            warnings = check_environment(meta.environment, runs[0].environment, meta.settings,
+                                         run_settings(runs[0], matrix), current="A/A runs")
+            for line in warning_lines(f"harness baseline calibrate: {matrix}", warnings):
+                echo(line)
+            spread = _spreads_for(runs, matrix, settings, coverage, prior_df)
+            margins = {k: s.margin for k, s in spread.items()}
+            info = _calibration_info(runs, matrix, coverage, prior_df, settings.noise_margin_floor, spread)
+            write_baseline_matrix(directory, rows, replace(
+                meta, noise_margins=dict(meta.noise_margins) | margins, calibration=info))
+            out[matrix] = margins
+            _say_margins(echo, matrix, len(runs), info["machines"], spread)
+    return out
+
+
+def record(
+    run_paths: Sequence[str | Path], root: str | Path, settings: Settings, *,
+    arch: str | None = None, coverage: float = DEFAULT_COVERAGE, prior_df: float = DEFAULT_PRIOR_DF,
+    echo: Callable[[str], None] = print,
+) -> list[Path]:
+    """A new baseline from N A/A runs of one commit: per key the medoid run's row (the run
+    whose median is nearest the runs' median) and margins from all of them. The json names
+    every source run by commit, GPU uuid, host, boot id and date."""
+    runs = _load_aa_runs(run_paths, echo)
+    arch = run_arch(runs[0], arch)
+    directory = Path(root) / arch
+    written = []
+    with DirLock(directory):
+        for matrix in runs[0].matrices:
+            per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
+            rows, _ = medoid_rows(per_run)
+            spread = _spreads_for(runs, matrix, settings, coverage, prior_df)
+            info = _calibration_info(runs, matrix, coverage, prior_df, settings.noise_margin_floor, spread)
+            first = runs[0].metas.get(matrix)
+            env = (first.environment if first else runs[0].environment).with_fallbacks(arch=arch)
+            meta = BaselineMeta(
+                matrix=matrix, arch=arch, environment=env, rows_sha256="",
+                noise_margins={k: s.margin for k, s in spread.items()},
+                settings=run_settings(runs[0], matrix) if first else settings.to_dict(),
+                source=f"{len(runs)} A/A runs of {env.commit[:12]} (calibration.sources)",
+                accepted=now_iso(), calibration=info)
+            written.append(write_baseline_matrix(directory, rows, meta))
+            _say_margins(echo, matrix, len(runs), info["machines"], spread)
+            echo(f"{matrix}: baseline written to {written[-1]}")
+    return written
+
+
+def show(directory: str | Path, echo: Callable[[str], None] = print) -> Baseline:
+    """Print what a baseline directory holds."""
+    base = load_baseline(directory)
+    echo(f"{base.directory}: {base.environment.summary()}")
+    for name, meta in base.metas.items():
+        n = sum(1 for r in base.rows if r.matrix == name)
+        margins = list(meta.noise_margins.values())
+        cal = (f"{len(margins)} noise margins (median {median(margins):.2%}, max {max(margins):.2%}), "
+               f"calibrated {meta.calibration.get('date', '?')} from {meta.calibration.get('runs', '?')} runs"
+               if margins else "not calibrated (min_effect alone sets the speed threshold)")
+        echo(f"  {name}: {n} rows, accepted {meta.accepted or '?'} from {meta.source or '?'}; {cal}")
+    return base
+
+
+def lomo_table(run_paths: Sequence[str | Path], settings: Settings, *, coverage: float,
+               prior_df: float, planted: float, modes: Sequence[str]) -> tuple[list[str], bool]:
+    """The leave-one-machine-out check as printable lines, and whether it held: no false
+    SLOWER in any held-out run and each planted slowdown caught in >= 95% of its rows with
+    no other row failing."""
+    runs = _load_aa_runs(run_paths)
+    machines = machines_of([r.environment for r in runs])
+    lines = [f"leave-one-machine-out: {len(runs)} runs on {len(set(machines))} machine(s), "
+             f"coverage {coverage}, prior_df {prior_df:g}, planted +{planted:.0%}, modes {','.join(modes)}"]
+    ok = True
+    for matrix in runs[0].matrices:
+        per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
+        held = leave_one_machine_out(per_run, machines, settings, coverage=coverage,
+                                     prior_df=prior_df, planted=planted, gate_modes=modes)
+        if not held:
+            lines.append(f"{matrix}: fewer than 3 machines' worth of runs; nothing held out")
+            ok = False
+        for h in held:
+            plants = "; ".join(f"{p} {c}/{n}" + (f" (+{o} other)" if o else "")
+                               for p, (c, n, o) in h.planted.items())
+            lines.append(f"{matrix} held out {h.machine[:24]} run {h.run}: {h.gated} rows, "
+                         f"false SLOWER {h.false_slower}, FASTER {h.faster}, worst change/threshold "
+                         f"{h.worst_ratio:.2f}; planted caught: {plants}")
+            ok &= h.false_slower == 0 and all(o == 0 and (n == 0 or c >= 0.95 * n)
+                                              for c, n, o in h.planted.values())
+    return lines, ok

@@ -1,0 +1,210 @@
+"""``harness bench``: measure matrices through the paths, store the rows, gate them.
+
+Writes ``<out>/<commit>/<arch>/<matrix>.csv`` (one row per case x path x mode, appended
+and fsynced row by row) and ``<matrix>.json`` (environment, measured ceilings, settings,
+per-row notes). Then, unless ``--no-compare``, gates the rows against
+``<baselines>/<arch>/<matrix>.csv`` and exits with the gate's code; with no baseline it
+writes a candidate under ``<out>/<commit>/<arch>/candidate-baseline/`` and says so (it
+never writes into the baselines directory). ``--repeat N`` measures the same commit N
+times (A/A); repetition k >= 2 goes to ``<arch>.rep<k>`` and the spread between them is
+printed.
+
+Extra or wrapped paths come from ``--plugin`` (a Python file or module run after the
+built-in paths are registered; the run's json lists them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import runpy
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..cases import MATRICES
+from ..config import load_settings, parse_overrides
+from ..results.environment import STRICT_ENV_HELP
+from .common import gate_against_baseline
+
+ARCH_HELP = "expected GPU arch, e.g. sm90; on a different GPU: skip (exit 0) unless --force"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("bench", help="measure a shape matrix through the GEMM paths and gate it",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--matrix", "-m", default=None,
+                   help="comma list of matrices (default: production on a GPU, smoke on a CPU)")
+    p.add_argument("--filter", "-f", default=None, help="case filter expression (see `harness cases`)")
+    p.add_argument("--paths", default=None, help="comma list of paths (default: all registered)")
+    p.add_argument("--mode", default=None,
+                   help="comma list of cold,graph (GPU) or cpu (default: cold,graph on a GPU, cpu on a CPU)")
+    p.add_argument("--arch", default=None, help=ARCH_HELP)
+    p.add_argument("--force", action="store_true",
+                   help="run on a GPU whose arch differs from --arch (the REAL arch is recorded)")
+    p.add_argument("--cpu", action="store_true", help="run the CPU paths even if a GPU is visible")
+    p.add_argument("--preset", default=None, help="settings preset from [tool.harness.presets]")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one setting (repeatable), e.g. --set max_case_seconds=0.5")
+    p.add_argument("--out", default="results", help="results root (default results/)")
+    p.add_argument("--baselines", default="baselines", help="baselines root (default baselines/)")
+    p.add_argument("--resume", action="store_true", help="keep finished rows of an interrupted run")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing result CSV")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="A/A: measure N times (run k >= 2 in <arch>.rep<k>)")
+    p.add_argument("--no-compare", action="store_true", help="do not gate against the baseline")
+    p.add_argument("--strict-env", action="store_true", help=STRICT_ENV_HELP)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--cpu-threads", type=int, default=1,
+                   help="torch CPU threads in CPU mode (default 1: stable on shared 2-core runners)")
+    p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+                   help="load extra or wrapped paths from a Python file or module (repeatable)")
+    p.set_defaults(func=run)
+
+
+def _split(text: str | None) -> list[str]:
+    return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def arch_mismatch(expected: str | None, actual: str) -> str | None:
+    """The one-line skip message when ``expected`` (e.g. sm90) differs from ``actual``."""
+    if not expected or expected == actual:
+        return None
+    if actual == "cpu":
+        return (f"harness bench: expected arch {expected}, but no CUDA GPU is visible; skipped "
+                "(use --cpu for the CPU paths)")
+    return (f"harness bench: expected arch {expected}, but the visible GPU is {actual}; skipped "
+            f"(use --arch {actual}, or --force to run here and record {actual})")
+
+
+def _modes(args, device) -> tuple[str, ...]:
+    modes = _split(args.mode) or (["cpu"] if device.type == "cpu" else ["cold", "graph"])
+    allowed = ("cpu",) if device.type == "cpu" else ("cold", "graph")
+    for m in modes:
+        if m not in allowed:
+            raise ValueError(f"--mode {m!r} is not available on {device.type} (choose from "
+                             f"{', '.join(allowed)})")
+    return tuple(dict.fromkeys(modes))
+
+
+#: The namespaces of the plugin files this process ran (see ``load_plugins``).
+_PLUGIN_NAMESPACES: list[dict] = []
+
+
+def load_plugins(specs: list[str], load_all) -> list[str]:
+    """Run each ``--plugin``: a Python file (``path/to/file.py``) or an importable module
+    name, after the built-in paths are registered (``load_all()``). A plugin registers
+    paths of its own (``PATHS.register``) or wraps existing ones (the test suite's planted
+    defects do); the run's json lists the plugins, so a changed path never passes
+    unnoticed."""
+    load_all()
+    done = []
+    for spec in specs:
+        if spec.endswith(".py"):
+            if not Path(spec).is_file():
+                raise ValueError(f"--plugin: no such file {spec}")
+            # keep the plugin's namespace alive for the whole process: a plugin may hold
+            # what it planted in a module global (a context manager whose exit undoes it)
+            _PLUGIN_NAMESPACES.append(runpy.run_path(spec, run_name=f"harness_plugin_{Path(spec).stem}"))
+        else:
+            try:
+                importlib.import_module(spec)
+            except ModuleNotFoundError as exc:
+                raise ValueError(f"--plugin: cannot import {spec!r} ({exc})") from None
+        done.append(spec)
+    return done
+
+
+def _load_paths(registry, names: list[str]) -> list[str]:
+    if not registry.names():
+        raise ValueError("no GEMM path is registered (harness.kernels.registry_load missing?)")
+    for n in names:
+        registry.get(n)                              # unknown name -> one-line error
+    return names or registry.names()
+
+
+@contextlib.contextmanager
+def _terminate_cleanly(where: Path):
+    """SIGTERM ends the sweep like Ctrl-C: writers close, locks go, exit 143 with a hint.
+
+    Every finished row is already on disk (fsynced per row) either way; this only makes
+    the exit tidy and says how to complete the run.
+    """
+    hint = f"the finished rows are in {where}; run the same command with --resume to complete it"
+
+    def on_term(signum, frame):
+        raise SystemExit(128 + signum)
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main_thread else None
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit) as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, SystemExit) else "interrupted"
+        print(f"harness bench: {what}; {hint}", file=sys.stderr)
+        raise
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch  # heavy: only the measuring commands load torch
+
+    from harness.kernels import base, registry_load  # heavy: torch (the paths)
+    from harness.measure import envinfo, session  # heavy: torch (the engine)
+
+    cuda = torch.cuda.is_available() and not args.cpu
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    actual = envinfo.arch_label(device)
+    msg = None if args.cpu else arch_mismatch(args.arch, actual)   # --cpu: the CPU is expected
+    if msg and not (args.force and actual != "cpu"):
+        print(msg)
+        return 0
+    if msg:
+        print(f"harness bench: --force: running on {actual} (expected {args.arch}); "
+              f"rows record {actual}")
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be >= 1, got {args.repeat}")
+    settings = load_settings(args.preset, parse_overrides(args.set))
+    modes = _modes(args, device)
+    matrices = _split(args.matrix) or (["smoke"] if device.type == "cpu" else ["production"])
+    cases = {m: MATRICES.cases(m, args.filter) for m in matrices}
+    plugins = load_plugins(args.plugin, registry_load.load_all)
+    paths = _load_paths(base.PATHS, _split(args.paths))
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, args.cpu_threads))
+    bench = session.BenchSession(
+        device=device, arch=actual, settings=settings, modes=modes, paths=paths, out=Path(args.out),
+        resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
+        partial=bool(args.filter or args.paths or args.mode),
+        extra={"filter": args.filter or "", "cpu_threads": torch.get_num_threads(),
+               "plugins": plugins})
+    t0 = time.perf_counter()
+    with _terminate_cleanly(bench.run_dir()):
+        for rep in range(1, args.repeat + 1):
+            suffix = "" if rep == 1 else f".rep{rep}"
+            for matrix in matrices:
+                bench.measure(matrix, cases[matrix], suffix)
+    print(f"harness bench: {sum(len(c) for c in cases.values())} cases x {len(paths)} paths x "
+          f"{len(modes)} modes x {args.repeat} run(s) in {time.perf_counter() - t0:.1f} s wall "
+          f"(ceilings included)")
+    if args.repeat > 1:
+        bench.print_aa(matrices, args.repeat)
+    if args.no_compare:
+        return 0
+    codes = [gate_matrix(bench, m, args.baselines, strict_env=args.strict_env) for m in matrices]
+    return max(codes, default=0)
+
+
+def gate_matrix(bench, matrix: str, baselines: str | Path, strict_env: bool = False) -> int:
+    """Gate repetition 1 of ``matrix`` measured by ``bench`` (a ``BenchSession``) against
+    ``<baselines>/<arch>/``; AMBIGUOUS rows are measured again in the same session."""
+    return gate_against_baseline(
+        bench.rows[(matrix, "")], matrix, command="harness bench", run_dir=bench.run_dir(),
+        baselines=baselines, arch=bench.arch, env=bench.env_record(), settings=bench.settings,
+        measured=bench.measured(), strict_env=strict_env, partial=bench.partial,
+        remeasure=bench.remeasure_hook(matrix), current_label=bench.commit, echo=bench.echo)

@@ -1,0 +1,101 @@
+"""What several commands share: the settings arguments and the gate step of a fresh run.
+
+``add_settings_args`` / ``settings_from_args``: ``--preset`` and ``--set KEY=VALUE``.
+``gate_against_baseline``: the step ``harness bench`` and ``harness ppl`` end with, one
+matrix of a run just written gated against ``<baselines>/<arch>/<matrix>.csv`` (or, with
+no baseline there, a candidate baseline written beside the run), the verdicts kept with
+the run (``reports.gate_record``). Torch-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from ..config import ConfigError, Settings, load_settings, parse_overrides
+from ..reports.gate import evaluate
+from ..reports.gate_record import write_gate_record
+from ..reports.markdown import text_table
+from ..reports.verdicts import Remeasure
+from ..results.baseline import (
+    BaselineMeta,
+    baseline_dir,
+    check_baseline,
+    load_baseline,
+    write_baseline_matrix,
+)
+from ..results.environment import Environment, warning_lines, with_env_warnings
+from ..results.schema import ResultRow
+from ..results.store import Run
+
+
+def add_settings_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default=None,
+                   help="settings preset from [tool.harness] (default, strict, permissive)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", default=[],
+                   help="override one setting, e.g. --set min_effect=0.05 (repeatable)")
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    return load_settings(args.preset, parse_overrides(args.set))
+
+
+def stored_settings(args: argparse.Namespace, run: Run) -> Settings:
+    """The settings a stored run was gated with (its json), unless --preset/--set say
+    otherwise: reading a run again gives the bench's verdicts by default."""
+    if args.preset is None and not args.set:
+        stored = [m.settings for m in run.metas.values() if m.settings]
+        if stored:
+            try:
+                return Settings.from_dict(stored[0], f"{run.source} (settings)")
+            except ConfigError:
+                pass                    # an older run's settings: the current defaults
+    return settings_from_args(args)
+
+
+def csv_list(text: str | None) -> tuple[str, ...]:
+    """``"a, b,,c"`` -> ``("a", "b", "c")``."""
+    return tuple(t.strip() for t in (text or "").split(",") if t.strip())
+
+
+def gate_against_baseline(
+    rows: Sequence[ResultRow], matrix: str, *, command: str, run_dir: Path, baselines: str | Path,
+    arch: str, env: Environment, settings: Settings, measured: Mapping, strict_env: bool = False,
+    partial: bool = False, remeasure: Remeasure | None = None, current_label: str = "current",
+    echo: Callable[[str], None] = print,
+) -> int:
+    """Gate ``rows`` (``matrix`` of the run in ``run_dir``) against the baseline of ``arch``
+    under ``baselines``; returns the gate's exit code.
+
+    ``measured``: the run's settings as ``check_baseline`` compares them (a refused
+    baseline raises ``IncompatibleBaselineError``; warnings are echoed, prefixed with
+    ``command``, and lead the result's notes). With no baseline a CANDIDATE baseline is
+    written under ``<run_dir>/candidate-baseline/`` (never into ``baselines``), and ERROR
+    and WORSE_ACCURACY rows still fail.
+    """
+    bdir = baseline_dir(Path(baselines), arch)
+    record = run_dir / f"{matrix}.csv"
+    if not (bdir / f"{matrix}.csv").is_file():
+        meta = BaselineMeta(matrix=matrix, arch=arch, environment=env, rows_sha256="",
+                            settings=settings.to_dict(), source=str(record))
+        path = write_baseline_matrix(run_dir / "candidate-baseline", rows, meta)
+        echo(f"{command}: no baseline {bdir / (matrix + '.csv')}; wrote a CANDIDATE baseline "
+             f"{path} (not promoted: review it, then `harness baseline accept {run_dir}`)")
+        alone = evaluate(rows, [], settings, current_label=current_label)
+        write_gate_record(record, alone)
+        for v in alone.failures:
+            echo(f"{command}: {v.verdict} {v.case_id} {v.path} {v.mode}: {v.reason}")
+        return alone.exit_code
+    base = load_baseline(bdir, [matrix])
+    env_warnings = check_baseline(base, env, measured, strict=strict_env)
+    for line in warning_lines(command, env_warnings):
+        echo(line)
+    result = evaluate(rows, base.rows, settings, margins=base.margins, remeasure=remeasure,
+                      partial=partial, current_label=current_label, baseline_label=base.label)
+    result = with_env_warnings(result, env_warnings)
+    write_gate_record(record, result)
+    echo(text_table(result))
+    counts = {str(k): n for k, n in result.counts().items() if n}
+    echo(f"{command}: gate {matrix} vs {bdir}: {counts}; exit {result.exit_code}")
+    return result.exit_code

@@ -1,0 +1,273 @@
+"""``harness compare A B``: two result sets, or two git revisions measured here.
+
+A side that names an existing CSV/directory is read as stored results. Any other side is
+a git revision: it is checked out in a temporary ``git worktree`` and measured by running
+``python -m harness bench --matrix M [--filter F] [--paths p,q] [--mode m,n] --out DIR``
+inside it (``PYTHONPATH`` = the worktree), for ``rounds`` rounds, alternating the two
+revisions (A B, B A, A B, ...) so drift of the GPU hits both alike. The rounds of a side
+are pooled (samples concatenated), and their spread calibrates per-case noise margins.
+AMBIGUOUS rows get one more interleaved round, restricted to their cases. The gating of
+the two sets is ``harness.reports.comparison.compare_runs``; this module only measures.
+
+Writes CSV, HTML and Markdown to ``--out`` (default ``results/compare/<A>_vs_<B>``);
+exit 0 when nothing regressed, 1 on a failing verdict, 2 on bad input or a refused
+comparison.
+
+Extension point: ``BenchRunner`` — any callable taking a ``BenchRequest`` and leaving
+result CSVs under ``request.out_dir``; tests pass a fake one, the default runs the
+subprocess above.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import Settings
+from ..errors import CompareError
+from ..reports.comparison import compare_runs, pool_rows, round_margins
+from ..reports.gate import stored_remeasure
+from ..reports.markdown import text_table
+from ..reports.render import write_reports
+from ..reports.verdicts import GateResult
+from ..results.environment import STRICT_ENV_HELP
+from ..results.schema import Key, ResultRow, SchemaError
+from ..results.store import Run, load_run
+from .common import add_settings_args, csv_list, settings_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="compare two result sets or two git revisions (B against A)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("a", help="baseline side: result CSV/directory or git revision")
+    p.add_argument("b", help="current side: result CSV/directory or git revision")
+    p.add_argument("--out", default=None, help="output directory (default: results/compare/<A>_vs_<B>)")
+    p.add_argument("--matrix", default="production", help="matrix to measure for revisions (default production)")
+    p.add_argument("--filter", default=None, help="case filter passed to harness bench")
+    p.add_argument("--paths", default=None, help="comma-separated paths passed to harness bench")
+    p.add_argument("--mode", default=None, help="comma-separated timing modes passed to harness bench")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved runs per revision (default 3)")
+    p.add_argument("--repo", default=".", help="git repository holding the revisions (default .)")
+    p.add_argument("--strict-env", action="store_true", help=STRICT_ENV_HELP)
+    add_settings_args(p)
+    p.set_defaults(func=run)
+
+
+def _slug(text: str) -> str:
+    """A directory-name version of a compare side (last two path parts, 12 chars each)."""
+    parts = [p[:12] for p in Path(text).parts[-2:] if p not in ("/", ".", "..")] or ["x"]
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    out = Path(args.out) if args.out else Path("results") / "compare" / f"{_slug(args.a)}_vs_{_slug(args.b)}"
+    outcome = compare(args.a, args.b, settings, work_dir=out, repo=Path(args.repo), matrix=args.matrix,
+                      filter=args.filter, paths=csv_list(args.paths), modes=csv_list(args.mode),
+                      rounds=args.rounds, strict_env=args.strict_env)
+    files = write_reports(outcome.result, out, "compare", title=f"compare {outcome.a.label} -> {outcome.b.label}",
+                          rows=list(outcome.b_rows), labels=("A", "B"),
+                          current_env=outcome.b.run.environment if outcome.b.run else None,
+                          baseline_env=outcome.a.run.environment if outcome.a.run else None)
+    print(text_table(outcome.result, changes_only=True))
+    print(f"wrote {files.csv}, {files.html}, {files.markdown}")
+    return outcome.result.exit_code
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """One measurement run of one revision, in its worktree, into ``out_dir``."""
+
+    label: str
+    revision: str
+    worktree: Path
+    out_dir: Path
+    matrix: str
+    round: int
+    filter: str | None = None
+    paths: tuple[str, ...] = ()
+    modes: tuple[str, ...] = ()
+
+
+BenchRunner = Callable[[BenchRequest], None]
+
+
+def bench_command(req: BenchRequest, python: str = sys.executable) -> list[str]:
+    """The ``harness bench`` command line for ``req`` (the only interface to the engine)."""
+    cmd = [python, "-m", "harness", "bench", "--matrix", req.matrix]
+    if req.filter:
+        cmd += ["--filter", req.filter]
+    if req.paths:
+        cmd += ["--paths", ",".join(req.paths)]
+    if req.modes:
+        cmd += ["--mode", ",".join(req.modes)]
+    return cmd + ["--no-compare", "--out", str(req.out_dir)]
+
+
+def subprocess_runner(req: BenchRequest) -> None:
+    """Run ``bench_command(req)`` in the worktree with ``PYTHONPATH`` pointing at it."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(req.worktree), env.get("PYTHONPATH", "")) if p)
+    req.out_dir.mkdir(parents=True, exist_ok=True)
+    log = req.out_dir.parent / f"{req.out_dir.name}.log"
+    with open(log, "w") as fh:
+        proc = subprocess.run(bench_command(req), cwd=req.worktree, env=env, stdout=fh,
+                              stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0 and not any(req.out_dir.rglob("*.csv")):
+        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["no output"]
+        raise CompareError(f"bench of {req.label} ({req.revision[:12]}) round {req.round} exited "
+                           f"{proc.returncode}: {tail[0].strip()} (log {log})")
+
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        msg = (proc.stderr.strip().splitlines() or ["git failed"])[-1]
+        raise CompareError(f"git {' '.join(args)}: {msg}")
+    return proc.stdout.strip()
+
+
+def resolve_revision(repo: Path, spec: str) -> str:
+    """The full sha of ``spec`` (a branch, tag, sha, ``HEAD~1``...) in ``repo``."""
+    if spec.startswith("-"):
+        raise CompareError(f"{spec!r} is neither a result path nor a git revision")
+    try:
+        return _git(repo, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}")
+    except CompareError:
+        raise CompareError(f"{spec!r} is neither a result path nor a git revision of {repo}") from None
+
+
+@contextlib.contextmanager
+def worktrees(repo: Path, shas: Sequence[str], parent: Path) -> Iterator[dict[str, Path]]:
+    """Detached worktrees of ``shas`` under ``parent``; removed again on exit."""
+    made: dict[str, Path] = {}
+    try:
+        for sha in dict.fromkeys(shas):
+            path = parent / f"wt-{sha[:12]}"
+            _git(repo, "worktree", "add", "--detach", str(path), sha)
+            made[sha] = path
+        yield made
+    finally:
+        for path in made.values():
+            with contextlib.suppress(CompareError):
+                _git(repo, "worktree", "remove", "--force", str(path))
+        with contextlib.suppress(CompareError):
+            _git(repo, "worktree", "prune")
+
+
+def case_filter(rows: Sequence[ResultRow]) -> str:
+    """A ``--filter`` expression selecting exactly the cases of ``rows``."""
+    terms = sorted({f"(M == {r.M} and N == {r.N} and K == {r.K} and group_size == {r.group_size} "
+                    f"and seed == {r.seed} and kind == '{r.kind}')" for r in rows})
+    return " or ".join(terms)
+
+
+@dataclass(frozen=True)
+class Side:
+    spec: str
+    label: str
+    revision: str = ""          # set when measured here
+    run: Run | None = None      # set when read from disk
+
+
+@dataclass(frozen=True)
+class CompareOutcome:
+    result: GateResult
+    a_rows: tuple[ResultRow, ...]
+    b_rows: tuple[ResultRow, ...]
+    a: Side
+    b: Side
+
+
+def resolve_side(spec: str, repo: Path) -> Side:
+    if Path(spec).exists():
+        try:
+            run = load_run(spec)
+        except SchemaError as exc:
+            raise CompareError(str(exc)) from None
+        return Side(spec, run.label, run=run)
+    sha = resolve_revision(repo, spec)
+    return Side(spec, f"{spec}@{sha[:10]}" if spec != sha else sha[:12], revision=sha)
+
+
+def compare(
+    a_spec: str, b_spec: str, settings: Settings, *, work_dir: Path, repo: Path = Path("."),
+    matrix: str = "production", filter: str | None = None, paths: Sequence[str] = (),
+    modes: Sequence[str] = (), rounds: int = 3, runner: BenchRunner = subprocess_runner,
+    echo: Callable[[str], None] = print, strict_env: bool = False,
+) -> CompareOutcome:
+    """Gate B against A (A is the baseline side). Measured rounds land in ``work_dir/runs``.
+
+    Revisions are measured in worktrees (``rounds`` interleaved rounds, margins from
+    their A/A spread, AMBIGUOUS rows re-measured in one more interleaved round); then
+    ``reports.comparison.compare_runs`` applies the environment policy and the gate.
+    A stored B replays the confirmations its bench stored.
+    """
+    if rounds < 1:
+        raise CompareError(f"--rounds must be >= 1, got {rounds}")
+    a, b = resolve_side(a_spec, repo), resolve_side(b_spec, repo)
+    measured = [s for s in (a, b) if s.revision]
+    rounds_of: dict[str, list[list[ResultRow]]] = {"A": [], "B": []}
+    firsts: dict[str, Run] = {}       # a measured side's first round: its environment and settings
+
+    def run_round(plan, r: int, sub: str, filt: str | None, p: Sequence[str], m: Sequence[str]):
+        got = {}
+        order = plan if r % 2 == 0 else plan[::-1]
+        for label, side, tree in order:
+            out = work_dir / "runs" / sub / label
+            if out.exists():
+                shutil.rmtree(out)
+            echo(f"compare: round {sub}, {label} = {side.label}")
+            runner(BenchRequest(label, side.revision, tree, out, matrix, r, filt, tuple(p), tuple(m)))
+            try:
+                got[label] = load_run(out)
+            except SchemaError as exc:
+                raise CompareError(f"bench of {label} round {sub} left no readable results: {exc}") from None
+        return got
+
+    with contextlib.ExitStack() as stack:
+        plan = []
+        if measured:
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-compare-")))
+            trees = stack.enter_context(worktrees(repo.resolve(), [s.revision for s in measured], tmp))
+            plan = [(lbl, s, trees[s.revision]) for lbl, s in (("A", a), ("B", b)) if s.revision]
+            for r in range(rounds):
+                for label, run in run_round(plan, r, f"round{r}", filter, paths, modes).items():
+                    rounds_of[label].append(list(run.rows))
+                    firsts.setdefault(label, run)
+        margins: dict[Key, float] = {}
+        for side_rounds in rounds_of.values():
+            for k, v in round_margins(side_rounds, settings.noise_margin_floor).items():
+                margins[k] = max(v, margins.get(k, 0.0))
+        a_rows = pool_rows(rounds_of["A"]) if a.revision else list(a.run.rows)
+        b_rows = pool_rows(rounds_of["B"]) if b.revision else list(b.run.rows)
+
+        remeasure = None
+        if len(plan) == 2:
+            def remeasure(keys: list[Key]):
+                wanted = set(keys)
+                rows = [r for r in b_rows if r.key in wanted]
+                got = run_round(plan, rounds, "remeasure", case_filter(rows),
+                                sorted({k[1] for k in keys}), sorted({k[2] for k in keys}))
+                return ([r for r in got["A"].rows if r.key in wanted],
+                        [r for r in got["B"].rows if r.key in wanted])
+        elif b.run is not None:
+            # a stored B: replay the confirmations its bench stored (same verdicts as the bench's)
+            remeasure = stored_remeasure(b.run.confirmations)
+        run_a = a.run if a.run is not None else firsts["A"]
+        run_b = b.run if b.run is not None else firsts["B"]
+        result = compare_runs(
+            a_rows, b_rows, run_a, run_b, settings,
+            a_label=a.label, b_label=b.label, margins=margins, a_stored=a.run is not None,
+            remeasure=remeasure, strict_env=strict_env, echo=echo,
+            notes=(f"noise margins from {rounds} interleaved rounds per side (A/A spread)",))
+    return CompareOutcome(result, tuple(a_rows), tuple(b_rows), a, b)

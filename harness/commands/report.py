@@ -1,0 +1,73 @@
+"""``harness report RUN [--baseline DIR]``: CSV, HTML and Markdown reports of a stored run.
+
+With ``--baseline`` the run is gated against the baseline of its arch (the environment
+policy first: ``results.environment``), replaying the confirmation re-measurements its
+bench stored, so the verdicts are the ones the bench printed; the command says whether
+they agree with the verdicts stored in the run. Exit 0 when nothing regressed (always
+without ``--baseline``), 1 on a failing verdict, 2 on bad input or a refused comparison.
+Torch-free: reports render on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ..reports.gate import evaluate, stored_remeasure
+from ..reports.gate_record import agreement
+from ..reports.markdown import text_table
+from ..reports.render import write_reports
+from ..results.baseline import baseline_dir, check_baseline, load_baseline, run_settings
+from ..results.environment import STRICT_ENV_HELP, warning_lines, with_env_warnings
+from ..results.store import load_run
+from .common import add_settings_args, stored_settings
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="render CSV/HTML/Markdown reports of a stored run, optionally gated",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run", help="a result CSV, its json, or a results directory (results/<commit>/<arch>)")
+    p.add_argument("--baseline", default=None, metavar="DIR",
+                   help="gate against this baseline (baselines/ or baselines/<arch>)")
+    p.add_argument("--arch", default=None, help="arch of the baseline to use (default: the run's)")
+    p.add_argument("--out", default=None, help="output directory (default: <run dir>/report)")
+    p.add_argument("--partial", action="store_true",
+                   help="ignore baseline cases absent from the run (a filtered run) instead of MISSING")
+    p.add_argument("--strict-env", action="store_true", help=STRICT_ENV_HELP)
+    add_settings_args(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    stored = load_run(args.run)
+    settings = stored_settings(args, stored)
+    if not stored.rows:
+        raise ValueError(f"{args.run}: the run has no rows")
+    base_rows, margins, base_env, base_label, env_warnings = [], {}, None, "baseline", []
+    if args.baseline:
+        arch = args.arch or stored.environment.arch
+        if not arch:
+            raise ValueError(f"{args.run}: the run does not record its arch; pass --arch")
+        base = load_baseline(baseline_dir(args.baseline, arch), stored.matrices)
+        env_warnings = check_baseline(base, stored.environment, lambda m: run_settings(stored, m),
+                                      strict=args.strict_env)
+        for line in warning_lines("harness report", env_warnings):
+            print(line, file=sys.stderr)
+        base_rows, margins, base_env, base_label = list(base.rows), base.margins, base.environment, base.label
+    # the bench's confirmation re-measurements, stored with the run, are replayed: the
+    # same rows, baseline and settings give the verdicts the bench printed
+    result = evaluate(list(stored.rows), base_rows, settings, margins=margins, partial=args.partial,
+                      remeasure=stored_remeasure(stored.confirmations),
+                      current_label=stored.label, baseline_label=base_label)
+    result = with_env_warnings(result, env_warnings)
+    src = Path(args.run)
+    out = Path(args.out) if args.out else (src if src.is_dir() else src.parent) / "report"
+    files = write_reports(result, out, "report", rows=list(stored.rows), current_env=stored.environment,
+                          baseline_env=base_env)
+    print(text_table(result, changes_only=True))
+    same = agreement(result, stored.metas) if args.baseline else None
+    if same:
+        print(f"harness report: {same}")
+    print(f"wrote {files.csv}, {files.html}, {files.markdown}")
+    return result.exit_code if args.baseline else 0

@@ -1,0 +1,181 @@
+// Shared internals of the correction variants (correction_variants*.cu); not a public API.
+//
+// The variants are split by family, one translation unit each, all in namespace
+// harness_int4::corr_detail (nothing collides with Marlin's symbols, compiled into the
+// same extension):
+//   correction_variants.cu               the driver: public entry points, the variant
+//                                        switch, per-device state (scratch, streams)
+//   correction_variant_graph.cu          two_kernel_lean (the seed's sequence from one
+//                                        call) and graph (that sequence as a CUDA graph)
+//   correction_variant_side_stream.cu    side_stream: asum_kernel on a side stream
+//   correction_variant_fused.cu          the tiled accumulation (corr_tile_kernel) of
+//                                        side_stream / fused / fused_pdl, and the empty
+//                                        floors (empty_kernel)
+// This header holds what more than one of them needs: constants, the device helpers of
+// the a_sum stage, the launch configurations and the per-device state.
+#pragma once
+
+#include "harness_kernels.h"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace harness_int4 {
+namespace corr_detail {
+
+constexpr int kThreads = 256;          // block size of every kernel here
+constexpr int kTileN = 64;             // columns per tile: 8 octets of 8 columns
+constexpr int kLoadUnroll = 8;         // 16-byte loads in flight per thread in the a_sum stage
+constexpr size_t kSmemDefault = 48 * 1024;
+constexpr int kMaxDev = 64;
+constexpr size_t kScratchMin = 4096;
+constexpr size_t kGraphCacheMax = 4096;
+
+// Why the last call failed, beyond its cudaError_t (variant_last_error_detail()).
+extern thread_local const char* t_detail;
+// PDL launches the driver refused and that were relaunched plainly (launch_ex).
+extern std::atomic<long> g_pdl_fallbacks;
+
+// ------------------------------------------------------------------------ device helpers
+static __device__ __forceinline__ void wait_for_primary_grid() {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+static __device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
+static __device__ __forceinline__ float sum_half8(const uint4& v) {
+  const __half2* h = reinterpret_cast<const __half2*>(&v);
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __half22float2(h[i]);
+    s += f.x;
+    s += f.y;
+  }
+  return s;
+}
+
+// s_asum[r * stride + g] = sum of A[row0 + r, k] over group g, r < rows, in a fixed order:
+// 8-element vectors, W-lane segments (shuffles), then the segments of a group in order.
+// s_part holds rows * (K / 8 / W) floats. Ends with __syncthreads().
+static __device__ void block_group_sums(const __half* __restrict__ A, int row0, int rows, int K,
+                                        int G, int W, float* s_part, float* s_asum, int stride) {
+  const int vrow = K >> 3;
+  const int total = rows * vrow;  // a multiple of W
+  const int parts_per_row = vrow / W;
+  const int chunks = (total + 31) >> 5;
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int nwarps = blockDim.x >> 5;
+  const uint4* src = reinterpret_cast<const uint4*>(A + static_cast<size_t>(row0) * K);
+  for (int c0 = warp; c0 < chunks; c0 += nwarps * kLoadUnroll) {  // warp-uniform bound
+    uint4 v[kLoadUnroll];
+#pragma unroll
+    for (int u = 0; u < kLoadUnroll; ++u) {
+      const int idx = (c0 + u * nwarps) * 32 + lane;
+      v[u] = idx < total ? __ldg(src + idx) : make_uint4(0u, 0u, 0u, 0u);
+    }
+#pragma unroll
+    for (int u = 0; u < kLoadUnroll; ++u) {
+      const int idx = (c0 + u * nwarps) * 32 + lane;
+      float s = sum_half8(v[u]);
+      for (int off = W >> 1; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+      if (idx < total && (lane & (W - 1)) == 0) s_part[idx / W] = s;
+    }
+  }
+  __syncthreads();
+  const int parts_per_group = parts_per_row / G;
+  for (int i = threadIdx.x; i < rows * G; i += blockDim.x) {
+    const int r = i / G;
+    const int g = i - r * G;
+    const float* p = s_part + r * parts_per_row + g * parts_per_group;
+    float s = 0.0f;
+    for (int j = 0; j < parts_per_group; ++j) s += p[j];
+    s_asum[r * stride + g] = s;
+  }
+  __syncthreads();
+}
+
+// ------------------------------------------------------------------------ host helpers
+// Cached device attributes (0 for a device index out of range, -1 when the query failed).
+int sm_count(int device);
+int smem_optin(int device);
+
+inline int segment_width(int vectors_per_group) {
+  int w = 1;
+  while (w < 32 && vectors_per_group % (2 * w) == 0) w *= 2;
+  return w;
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+inline bool valid_device(int d) { return d >= 0 && d < kMaxDev; }
+
+struct TileConfig {
+  int RM, RG, TM, W, col_tiles;
+  dim3 grid;
+  size_t smem;
+};
+
+// Launch configuration of corr_tile_kernel (correction_variant_fused.cu).
+TileConfig tile_config(const CorrectionProblem& p, bool sum_in_block);
+
+struct AsumConfig {
+  int W, rows_per_block;
+  size_t smem;
+  unsigned blocks;
+};
+
+// Launch configuration of asum_kernel (correction_variant_side_stream.cu).
+AsumConfig asum_config(const CorrectionProblem& p);
+
+// ------------------------------------------------------------------------ per-device state
+struct DeviceState {
+  void* scratch = nullptr;
+  size_t capacity = 0;
+  int grow_count = 0;
+  std::vector<void*> retired;       // earlier scratch buffers (graphs may reference them)
+  cudaStream_t side = nullptr;      // a_sum of the side_stream variant
+  cudaStream_t capture = nullptr;   // where the graph variant captures its sequence
+  cudaEvent_t fork = nullptr, join = nullptr;
+};
+
+// One mutex serialises the drivers (single-stream use); the state of every device.
+extern std::mutex g_mutex;
+extern DeviceState g_dev[kMaxDev];
+
+// The device's grow-only scratch, at least `bytes` (cannot grow while `capturing`).
+cudaError_t ensure_scratch(int device, size_t bytes, bool capturing, float** out);
+// The side stream, the capture stream and the fork/join events of `device`.
+cudaError_t ensure_streams(int device);
+bool is_capturing(cudaStream_t stream);
+// Marlin via `marlin` on `stream`; a launch error goes to *err. Returns Marlin's status.
+int run_marlin(const MarlinCall& mc, MarlinLauncher marlin, cudaStream_t stream, cudaError_t* err);
+
+// ------------------------------------------------------------------------ the variants
+// correction_variant_graph.cu: the seed's sequence (memset C, Marlin, a_group_sum,
+// correction_accum) on `stream`, and the graph variant that replays it.
+int seed_sequence(const CorrectionProblem& p, const MarlinCall& mc, MarlinLauncher marlin,
+                  float* a_sum, cudaStream_t stream, cudaError_t* err);
+int graph_variant(const CorrectionProblem& p, const MarlinCall& mc, MarlinLauncher marlin,
+                  cudaStream_t stream, cudaError_t* err);
+// correction_variant_side_stream.cu: a_sum into `a_sum` on `stream`, and the side_stream
+// variant (Marlin when `mc` is not null, a_sum beside it, then the tiled accumulation).
+cudaError_t launch_asum(const CorrectionProblem& p, float* a_sum, cudaStream_t stream);
+int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, MarlinLauncher marlin,
+                         cudaStream_t stream, cudaError_t* err);
+// correction_variant_fused.cu: the tiled accumulation (kSum: a_sum computed in-block from
+// A; else read from a_sum), and one empty kernel (PDL when `pdl`).
+cudaError_t launch_tile(const CorrectionProblem& p, const float* a_sum, bool sum_in_block, bool pdl,
+                        cudaStream_t stream);
+cudaError_t launch_empty_impl(bool pdl, cudaStream_t stream);
+
+}  // namespace corr_detail
+}  // namespace harness_int4

@@ -1,0 +1,157 @@
+"""Variants of the ``marlin_asym`` correction: names, what each one is, how one is chosen.
+
+The correction is the same math in every variant, C = Marlin(A, W_implied) +
+a_group_sum(A) @ delta (see ``harness.kernels.marlin.asym``); what differs is how many
+launches it costs, what overlaps what, and the host work per call. Marlin itself is never
+modified. The CUDA side is ``csrc/correction_variants.cu`` (the driver: ids = positions in
+``EXT_VARIANTS``, checked against the extension's ``correction_variant_names()``) and one
+file per variant family: ``correction_variant_graph.cu`` (two_kernel_lean, graph),
+``correction_variant_side_stream.cu`` (side_stream's a_sum), ``correction_variant_fused.cu``
+(the tiled kernel of side_stream / fused / fused_pdl, and the empty floors).
+
+Extension point: a new variant is one id in ``CorrectionVariant`` (harness_kernels.h),
+its name in ``correction_variant_name`` and a branch in ``run_marlin_asym_variant``
+(correction_variants.cu), one ``Variant`` entry in ``VARIANTS`` here, and a row in the
+study (``harness.studies.correction_study`` measures every entry of ``STUDIED``).
+
+Selection: ``MarlinAsymPath(variant=...)``, else ``$HARNESS_CORRECTION_VARIANT``, else
+``DEFAULT_VARIANT``. ``auto`` picks per call from ``AUTO_BY_CLASS`` by the shape class of
+M (``shape_class``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+VARIANT_ENV = "HARNESS_CORRECTION_VARIANT"
+#: The variant ``marlin_asym`` runs unless told otherwise: ``auto``, i.e. per shape class
+#: the variant ``AUTO_BY_CLASS`` names (the correction study's pick on the H200:
+#: side_stream in every class; docs/hopper.md section 5).
+DEFAULT_VARIANT = "auto"
+
+#: Variant ids of the extension's ``marlin_asym_variant`` (index = id). Keep in step with
+#: ``CorrectionVariant`` in csrc/harness_kernels.h.
+EXT_VARIANTS = ("marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl",
+                "empty", "empty_pdl")
+
+
+class CorrectionVariantError(ValueError):
+    """An unknown or unusable correction variant; the message names the field."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One selectable way to run Marlin + the correction."""
+
+    name: str
+    ext_id: int | None   # id for the extension's marlin_asym_variant; None: another route
+    kind: str            # "correction", "baseline" (Marlin alone), "floor" (empty kernel), "auto"
+    description: str
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("two_kernel", None, "correction",
+            "the seed's design as first built: Python wrapper, C.zero_(), Marlin, a_group_sum "
+            "(one block per (m, g)), correction_accum (one thread per cell), cached scratch"),
+    Variant("two_kernel_lean", 1, "correction",
+            "the seed's four operations (memset, Marlin, a_group_sum, correction_accum) issued "
+            "from one C++ call with a cached scratch: the seed's kernels minus host overhead"),
+    Variant("graph", 2, "correction",
+            "the seed's four operations captured once per (pointers, shape) into a CUDA graph, "
+            "one replay per call (inside an outer capture: launched directly)"),
+    Variant("side_stream", 3, "correction",
+            "a_sum (16-byte loads, deterministic segment reduction) on a side stream while "
+            "Marlin runs, joined by an event; one tiled accumulation kernel; no zeroing"),
+    Variant("fused", 4, "correction",
+            "Marlin, then ONE tiled kernel that computes a_sum for its rows in shared memory, "
+            "accumulates 8 columns x RM rows per thread and adds to C with 16-byte accesses"),
+    Variant("fused_pdl", 5, "correction",
+            "the fused kernel launched with programmatic dependent launch (SM 9.0+): all work "
+            "but the C update runs before griddepcontrol.wait; plain launch before SM 9.0"),
+    Variant("marlin_only", 0, "baseline", "Marlin alone (no zeroing, no correction): the overhead baseline"),
+    Variant("empty", 6, "floor", "Marlin + one empty kernel: the floor of any one-kernel correction"),
+    Variant("empty_pdl", 7, "floor", "Marlin + one empty kernel launched with PDL: the floor of fused_pdl"),
+    Variant("auto", None, "auto", "per call, the variant AUTO_BY_CLASS names for M's shape class"),
+)}
+
+#: name -> extension id (None: two_kernel's own route) for every concrete variant.
+EXT_IDS: dict[str, int | None] = {n: v.ext_id for n, v in VARIANTS.items() if v.kind != "auto"}
+
+#: Real corrections, in the order the study measures them.
+CORRECTIONS = tuple(n for n, v in VARIANTS.items() if v.kind == "correction")
+FLOORS = tuple(n for n, v in VARIANTS.items() if v.kind == "floor")
+#: Everything the study times per shape (the baseline first).
+STUDIED = ("marlin_only",) + CORRECTIONS + FLOORS
+
+#: Shape classes of M (inclusive bounds): decode, mid-size batches, prefill.
+SHAPE_CLASSES = (("decode", 1, 16), ("mid", 17, 256), ("large", 257, math.inf))
+
+#: The variant ``auto`` runs per shape class: the line ``correction_study`` printed under
+#: "Recommendation" on the H200 (docs/hopper.md sections 4-5). Re-run the study on another
+#: GPU before trusting it there; paste the line it prints.
+AUTO_BY_CLASS: dict[str, str] = {"decode": "side_stream", "mid": "side_stream", "large": "side_stream"}
+
+
+def shape_class(M: int) -> str:
+    """'decode' (M <= 16), 'mid' (17..256) or 'large' (M >= 257)."""
+    if isinstance(M, bool) or not isinstance(M, int) or M < 1:
+        raise CorrectionVariantError(f"M: must be a positive int, got {M!r}")
+    for name, lo, hi in SHAPE_CLASSES:
+        if lo <= M <= hi:
+            return name
+    raise AssertionError("unreachable: the classes cover every M >= 1")
+
+
+def check_variant_name(name: str, field: str = "variant") -> str:
+    """``name`` if it is a known variant, else ``CorrectionVariantError`` naming ``field``."""
+    if not isinstance(name, str) or name not in VARIANTS:
+        raise CorrectionVariantError(f"{field}: {name!r} is not one of {', '.join(VARIANTS)}")
+    return name
+
+
+def resolve_variant(name: str | None, default: str) -> str:
+    """The variant to use: ``name``, else ``$HARNESS_CORRECTION_VARIANT``, else ``default``."""
+    if name is not None:
+        return check_variant_name(name)
+    env = os.environ.get(VARIANT_ENV, "").strip()
+    if env:
+        return check_variant_name(env, f"${VARIANT_ENV}")
+    return check_variant_name(default, "DEFAULT_VARIANT")
+
+
+def variant_requested(name: str | None) -> bool:
+    """True when ``name`` or ``$HARNESS_CORRECTION_VARIANT`` asks for a variant (not the default)."""
+    return name is not None or bool(os.environ.get(VARIANT_ENV, "").strip())
+
+
+def concrete_variant(name: str, M: int) -> str:
+    """``name`` itself, or for ``auto`` the entry of ``AUTO_BY_CLASS`` for M's class
+    (``two_kernel`` for a class the table leaves out)."""
+    if name != "auto":
+        return name
+    return check_variant_name(AUTO_BY_CLASS.get(shape_class(M), "two_kernel"), "AUTO_BY_CLASS")
+
+
+def describe(name: str) -> str:
+    """``name``, and for ``auto`` what it runs per class (for row notes and the environment)."""
+    if name != "auto":
+        return name
+    return "auto (" + ", ".join(f"{c}={AUTO_BY_CLASS.get(c, 'two_kernel')}" for c, _, _ in SHAPE_CLASSES) + ")"
+
+
+def ext_id(name: str) -> int | None:
+    """The extension id of a concrete variant (None for ``two_kernel``)."""
+    v = VARIANTS[check_variant_name(name)]
+    if v.kind == "auto":
+        raise CorrectionVariantError("variant: 'auto' has no id; resolve it with concrete_variant(name, M)")
+    return v.ext_id
+
+
+def check_extension_names(names) -> None:
+    """Raise when the extension's variant table differs from ``EXT_VARIANTS``."""
+    got = tuple(str(n) for n in names)
+    if got != EXT_VARIANTS:
+        raise CorrectionVariantError(
+            f"EXT_VARIANTS: the extension defines {got}, the Python table {EXT_VARIANTS}")

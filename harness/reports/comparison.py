@@ -1,0 +1,121 @@
+"""Comparing two stored result sets: B gated against A (A is the baseline side).
+
+Torch-free and git-free: the rows are already measured. ``compare_runs`` applies the
+environment policy to the two sides (``results.environment.check_environment``, A as the
+baseline), gates B against A (``gate.evaluate``) with the noise margins it is given and
+the A side's own calibrated margins when A is a stored baseline, and puts the
+environment warnings first among the result's notes (the report header).
+
+Helpers for sides measured in several rounds (``harness compare`` on git revisions,
+``harness.commands.compare``): ``pool_rows`` pools the rounds of one side (samples
+concatenated) and ``round_margins`` turns their A/A spread into per-case noise margins.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from ..config import Settings
+from ..results.environment import (
+    check_environment,
+    measured_settings,
+    warning_lines,
+    with_env_warnings,
+)
+from ..results.schema import Key, ResultRow
+from ..results.store import Run
+from .gate import evaluate
+from .stats import noise_margins, with_samples
+from .verdicts import GateResult, Remeasure
+
+
+def pool_rows(runs: Sequence[Sequence[ResultRow]]) -> list[ResultRow]:
+    """One row per key from several runs: samples concatenated; a non-ok row wins."""
+    by_key: dict[tuple, list[ResultRow]] = defaultdict(list)
+    for rows in runs:
+        for r in rows:
+            by_key[(r.matrix, *r.key)].append(r)
+    out = []
+    for group in by_key.values():
+        bad = [r for r in group if r.status != "ok"]
+        if bad or len(group) == 1:
+            out.append(bad[0] if bad else group[0])
+            continue
+        samples = [s for r in group for s in r.samples()]
+        out.append(with_samples(group[0], samples) if samples else group[0])
+    return out
+
+
+def _medians(rows: Sequence[ResultRow]) -> dict[Key, float]:
+    return {r.key: r.time_us_median for r in rows if r.status == "ok"}
+
+
+def round_margins(rounds: Sequence[Sequence[ResultRow]], floor: float) -> dict[Key, float]:
+    """Noise margins from a side's own rounds (A/A), when there are at least two."""
+    return noise_margins([_medians(r) for r in rounds], floor) if len(rounds) >= 2 else {}
+
+
+def stored_margins(run: Run) -> dict[Key, float]:
+    """The noise margins a baseline json carries (``noise_margins``), read as a run."""
+    out: dict[Key, float] = {}
+    for meta in run.metas.values():
+        raw = meta.extra.get("noise_margins") or {}
+        for text, value in (raw.items() if isinstance(raw, dict) else ()):
+            parts = str(text).split("|")
+            if len(parts) == 3 and isinstance(value, (int, float)):
+                out[(parts[0], parts[1], parts[2])] = float(value)
+    return out
+
+
+def side_settings(run: Run) -> dict:
+    """The settings a stored side was measured with (``measured_settings`` of its json);
+    {} without one, or when its matrices were measured with different settings."""
+    found = [measured_settings(m.settings, m.extra) for m in run.metas.values()]
+    return found[0] if found and all(f == found[0] for f in found) else {}
+
+
+def merge_margins(*sources: Mapping[Key, float]) -> dict[Key, float]:
+    """Per key the largest margin any source gives."""
+    out: dict[Key, float] = {}
+    for margins in sources:
+        for k, v in margins.items():
+            out[k] = max(v, out.get(k, 0.0))
+    return out
+
+
+def compare_runs(
+    a_rows: Sequence[ResultRow], b_rows: Sequence[ResultRow], run_a: Run, run_b: Run,
+    settings: Settings, *, a_label: str, b_label: str, margins: Mapping[Key, float] | None = None,
+    a_stored: bool = False, remeasure: Remeasure | None = None, notes: Sequence[str] = (),
+    strict_env: bool = False, echo: Callable[[str], None] = print,
+) -> GateResult:
+    """Gate ``b_rows`` against ``a_rows``; ``run_a`` / ``run_b`` give each side's
+    environment and settings (for a measured side: its first round).
+
+    Refused sides raise ``IncompatibleBaselineError``; the warnings are echoed and lead
+    the result's notes. Two machines of one GPU model are allowed. ``strict_env``
+    refuses on any warning. ``a_stored``: A was read from disk, so the noise margins
+    its json carries (a baseline's) apply as well. ``notes`` (how ``margins`` were
+    obtained) are appended to the result's own when there are margins. When each side
+    holds one matrix, A's rows take B's matrix name, so two differently named matrices
+    still pair up.
+    """
+    env_warnings = check_environment(run_a.environment, run_b.environment, side_settings(run_a),
+                                     side_settings(run_b), strict=strict_env,
+                                     what=f"A side ({a_label})", current=f"B side ({b_label})")
+    for line in warning_lines("harness compare", env_warnings):
+        echo(line)
+    stored = stored_margins(run_a) if a_stored else {}
+    notes = tuple(notes) if margins else ()
+    notes += ("noise margins of the A side's baseline json",) if stored else ()
+    margins = merge_margins(margins or {}, stored)
+    a_rows, b_rows = list(a_rows), list(b_rows)
+    if len({r.matrix for r in a_rows}) == 1 and len({r.matrix for r in b_rows}) == 1:
+        a_rows = [replace(r, matrix=b_rows[0].matrix) for r in a_rows]
+    result = evaluate(b_rows, a_rows, settings, margins=margins, remeasure=remeasure,
+                      baseline_label=f"A: {a_label}", current_label=f"B: {b_label}")
+    if notes:
+        result = replace(result, notes=result.notes + notes)
+    return with_env_warnings(result, env_warnings)

@@ -1,0 +1,133 @@
+"""The gate's records: ``Verdict``, one row's ``RowVerdict``, a comparison's ``GateResult``.
+
+Torch-free data with no judging in it (that is ``harness.reports.gate``): what the
+reports render, a run's json stores (``verdict_map``) and the commands print. A row
+*fails* when its verdict is in ``FAILING`` and it is a path's row (not a peer's);
+``PRIORITY`` orders verdicts, the first applicable one winning and regressions first.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from ..config import Settings
+from ..results.schema import Key, ResultRow
+
+
+class Verdict(str, Enum):
+    SAME = "SAME"
+    FASTER = "FASTER"
+    SLOWER = "SLOWER"
+    AMBIGUOUS = "AMBIGUOUS"
+    WORSE_ACCURACY = "WORSE_ACCURACY"
+    LESS_ACCURATE = "LESS_ACCURATE"
+    NONDETERMINISTIC = "NONDETERMINISTIC"
+    LOST_DISPATCH = "LOST_DISPATCH"
+    NEW = "NEW"
+    MISSING = "MISSING"
+    ERROR = "ERROR"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FAILING = frozenset({Verdict.SLOWER, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
+                     Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH, Verdict.MISSING,
+                     Verdict.ERROR})
+PRIORITY = (Verdict.ERROR, Verdict.MISSING, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
+             Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH,
+             Verdict.SLOWER, Verdict.AMBIGUOUS, Verdict.FASTER, Verdict.NEW, Verdict.SAME)
+RANK = {v: i for i, v in enumerate(PRIORITY)}
+
+Remeasure = Callable[[list[Key]], "Sequence[ResultRow] | tuple[Sequence[ResultRow], Sequence[ResultRow]]"]
+
+
+@dataclass(frozen=True)
+class RowVerdict:
+    """One row's verdict, the evidence, and both rows (either may be None)."""
+
+    matrix: str
+    case_id: str
+    path: str
+    mode: str
+    role: str
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    fails: bool
+    current: ResultRow | None
+    baseline: ResultRow | None
+    base_median_us: float = math.nan
+    cur_median_us: float = math.nan
+    time_change: float = math.nan      # cur / base - 1 of the medians
+    p_value: float = math.nan
+    threshold: float = math.nan        # max(min_effect, margin)
+    margin: float = math.nan           # the calibrated per-case noise margin, if any
+    delta_rel_err: float = math.nan
+    delta_rms_ulp_p99: float = math.nan  # the gated ULP figure (rms_ulp_p99: cur - base)
+    delta_max_ulp: float = math.nan      # per-element ULPs: detail, not gated
+    delta_p99_ulp: float = math.nan
+    ppl_drift: float = math.nan        # cur.ppl / base.ppl - 1 for kind == "ppl"
+    remeasured: bool = False
+    first_verdict: str = ""            # before the re-measurement (when ``remeasured``)
+    first_change: float = math.nan     # its time_change
+    nondeterministic: bool = False     # the current row's outputs differed between runs
+
+    @property
+    def key(self) -> Key:
+        return (self.case_id, self.path, self.mode)
+
+    @property
+    def row(self) -> ResultRow:
+        """The current row, else the baseline's (for identity columns)."""
+        return self.current if self.current is not None else self.baseline  # type: ignore[return-value]
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """All verdicts of one comparison, regressions first."""
+
+    verdicts: tuple[RowVerdict, ...]
+    settings: Settings
+    current_label: str = "current"
+    baseline_label: str = "baseline"
+    has_baseline: bool = True
+    notes: tuple[str, ...] = ()
+    #: the fresh current-side rows the re-measurement returned (stored with the run, so a
+    #: later ``harness report`` replays them and reaches the same verdicts)
+    remeasured: tuple[ResultRow, ...] = ()
+
+    @property
+    def failures(self) -> list[RowVerdict]:
+        return [v for v in self.verdicts if v.fails]
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.passed else 1
+
+    def counts(self) -> dict[Verdict, int]:
+        out = {v: 0 for v in PRIORITY}
+        for rv in self.verdicts:
+            out[rv.verdict] += 1
+        return out
+
+    def of(self, verdict: Verdict) -> list[RowVerdict]:
+        return [v for v in self.verdicts if v.verdict == verdict]
+
+
+def verdict_map(result: GateResult) -> dict[str, str]:
+    """``"case|path|mode" -> verdict`` (with ``matrix|`` in front when the result holds
+    several matrices): what a bench stores so later readings can be checked against it."""
+    many = len({v.matrix for v in result.verdicts}) > 1
+    return {("|".join((v.matrix, *v.key)) if many else "|".join(v.key)): v.verdict.value
+            for v in result.verdicts}

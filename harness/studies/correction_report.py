@@ -1,0 +1,187 @@
+"""Aggregation and reporting of the correction study (``correction_study``): per-variant
+summaries, the fastest-correct recommendation per shape class, the issue-8 targets, and
+the CSV / Markdown / JSON outputs. Pure Python over the study's row dicts (no GPU); the
+variant and shape-class names come from ``harness.kernels.marlin.variants``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import statistics
+from pathlib import Path
+
+from harness.kernels.marlin.variants import CORRECTIONS, SHAPE_CLASSES
+
+ULP_BUDGET = 2.0
+TARGETS = {"graph_median_pct": 5.0, "graph_max_pct": 10.0, "cold_max_pct": 15.0, "floor_ratio": 2.0}
+COLUMNS = ("case_id", "M", "N", "K", "group_size", "shape_class", "variant", "mode", "status",
+           "time_us", "iqr_us", "ci_lo_us", "ci_hi_us", "n_samples", "stop_reason", "calls", "copies",
+           "l2_cold", "marlin_us", "marlin_us_end", "overhead_us", "overhead_pct", "floor_us",
+           "floor_ratio", "marginal_floor_ratio", "host_us", "correct", "max_corr_ulp",
+           "p99_corr_ulp", "nonfinite", "rel_err", "deterministic", "error")
+
+
+def _num(row, key):
+    v = row.get(key)
+    return float(v) if v not in (None, "") and math.isfinite(float(v)) else None
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per (variant, mode): shapes measured, median/max overhead %, floor ratio, correctness."""
+    out = []
+    keys = dict.fromkeys((r["variant"], r["mode"]) for r in rows if r["variant"] != "marlin_only")
+    for variant, mode in keys:
+        sel = [r for r in rows if r["variant"] == variant and r["mode"] == mode]
+        ov = [v for r in sel if (v := _num(r, "overhead_pct")) is not None]
+        us = [v for r in sel if (v := _num(r, "overhead_us")) is not None]
+        fr = [v for r in sel if (v := _num(r, "floor_ratio")) is not None]
+        ulp = [v for r in sel if (v := _num(r, "max_corr_ulp")) is not None]
+        out.append({
+            "variant": variant, "mode": mode, "shapes": len(ov),
+            "errors": sum(1 for r in sel if r["status"] == "error"),
+            "incorrect": sum(1 for r in sel if r.get("correct") is False),
+            "median_overhead_pct": statistics.median(ov) if ov else None,
+            "max_overhead_pct": max(ov) if ov else None,
+            "median_overhead_us": statistics.median(us) if us else None,
+            "median_floor_ratio": statistics.median(fr) if fr else None,
+            "max_corr_ulp": max(ulp) if ulp else None,
+        })
+    return out
+
+
+def marlin_failures(rows: list[dict], candidates) -> set[str]:
+    """Shapes whose failed checks are Marlin's own, left out of the ranking: Marlin alone
+    (or Marlin + an empty kernel) failed its check there, or EVERY candidate did (a
+    failure no correction causes alone, e.g. Marlin's race at large M on Hopper)."""
+    bad = set()
+    for cid in {r["case_id"] for r in rows}:
+        sel = [r for r in rows if r["case_id"] == cid]
+        floors = [r for r in sel if r["variant"] in ("marlin_only", "empty", "empty_pdl")]
+        cand = [r for r in sel if r["variant"] in candidates]
+        if any(r.get("correct") is False for r in floors) or (
+                cand and all(r.get("correct") is False for r in cand)):
+            bad.add(cid)
+    return bad
+
+
+def recommend(rows: list[dict], candidates) -> dict[str, dict]:
+    """Per shape class, the variant correct on every shape (``marlin_failures`` left out)
+    with the lowest median mean-of-modes overhead."""
+    classes = dict.fromkeys(r["shape_class"] for r in rows)
+    skip = marlin_failures(rows, candidates)
+    picks = {}
+    for cls in classes:
+        cases = sorted({r["case_id"] for r in rows if r["shape_class"] == cls} - skip)
+        best = None
+        for v in candidates:
+            per_case = []
+            for cid in cases:
+                sel = [r for r in rows if r["case_id"] == cid and r["variant"] == v]
+                vals = [_num(r, "overhead_pct") for r in sel]
+                if not sel or any(r.get("correct") is not True for r in sel) or None in vals:
+                    per_case = None
+                    break
+                per_case.append(sum(vals) / len(vals))
+            if per_case:
+                score = statistics.median(per_case)
+                if best is None or score < best["score_pct"]:
+                    best = {"variant": v, "score_pct": score, "shapes": len(per_case),
+                            "marlin_failures": sorted(c for c in skip if any(
+                                r["case_id"] == c and r["shape_class"] == cls for r in rows))}
+        if best is not None:
+            picks[cls] = best
+    return picks
+
+
+def evaluate_targets(rows: list[dict], picks: dict[str, dict]) -> list[tuple[str, bool, str]]:
+    """The issue's targets on the composite 'per class, the recommended variant'."""
+    chosen = [r for r in rows if r["shape_class"] in picks and r["variant"] == picks[r["shape_class"]]["variant"]]
+    res = []
+    g = [v for r in chosen if r["mode"] == "graph" and (v := _num(r, "overhead_pct")) is not None]
+    if g:
+        med, mx = statistics.median(g), max(g)
+        res.append(("graph overhead median <= 5%", med <= TARGETS["graph_median_pct"], f"{med:.1f}%"))
+        res.append(("graph overhead <= 10% at every shape", mx <= TARGETS["graph_max_pct"], f"max {mx:.1f}%"))
+    c = [v for r in chosen if r["mode"] == "cold" and (v := _num(r, "overhead_pct")) is not None]
+    if c:
+        res.append(("eager within 15% of Marlin at every shape", max(c) <= TARGETS["cold_max_pct"],
+                    f"max {max(c):.1f}%"))
+    f = [v for r in chosen if (v := _num(r, "floor_ratio")) is not None]
+    if f:
+        res.append(("correction <= 2x the empty kernel's time (every shape, mode)",
+                    max(f) <= TARGETS["floor_ratio"], f"max {max(f):.2f}x, median {statistics.median(f):.2f}x"))
+    mf = [v for r in chosen if (v := _num(r, "marginal_floor_ratio")) is not None]
+    if mf:
+        res.append(("correction <= 2x an empty kernel after Marlin (same shape, mode)",
+                    max(mf) <= TARGETS["floor_ratio"], f"max {max(mf):.2f}x, median {statistics.median(mf):.2f}x"))
+    u = [v for r in chosen if (v := _num(r, "max_corr_ulp")) is not None]
+    if u:
+        res.append(("correction within 2 fp16 ULPs of fp64", max(u) <= ULP_BUDGET, f"max {max(u):.2f} ULP"))
+    return res
+
+
+def auto_line(picks: dict[str, dict]) -> str:
+    """The line to paste; a class the run did not measure keeps the seed's two_kernel."""
+    body = ", ".join(f'"{c}": "{picks[c]["variant"] if c in picks else "two_kernel"}"'
+                     for c, _, _ in SHAPE_CLASSES)
+    return f"AUTO_BY_CLASS = {{{body}}}"
+
+
+def fmt(v, spec=".1f"):
+    return "" if v is None or v == "" else (format(v, spec) if isinstance(v, float) else str(v))
+
+
+def _cell(sel: dict, variant: str) -> str:
+    parts = []
+    for m in ("cold", "graph"):
+        r = sel.get((variant, m))
+        val = _num(r, "overhead_pct") if r else None
+        mark = "" if not r or r.get("correct") is not False else "!"
+        parts.append(f"{val:.0f}{mark}" if val is not None else (r["status"][:5] if r else "-"))
+    return " / ".join(parts)
+
+
+def render_markdown(rows, summary, picks, targets, header: list[str]) -> str:
+    lines = list(header) + ["", "## Summary per variant and mode", "",
+                            "| variant | mode | shapes | errors | incorrect | median overhead % | max overhead % "
+                            "| median overhead µs | median floor ratio | max corr ULP |", "|---" * 10 + "|"]
+    for s in summary:
+        lines.append(f"| {s['variant']} | {s['mode']} | {s['shapes']} | {s['errors']} | {s['incorrect']} | "
+                     f"{fmt(s['median_overhead_pct'])} | {fmt(s['max_overhead_pct'])} | "
+                     f"{fmt(s['median_overhead_us'], '.2f')} | {fmt(s['median_floor_ratio'], '.2f')} | "
+                     f"{fmt(s['max_corr_ulp'], '.2f')} |")
+    lines += ["", "## Recommendation (fastest correct variant per shape class, mean of modes)", ""]
+    lines += [f"- {c}: **{p['variant']}** (median overhead {p['score_pct']:.1f}% over {p['shapes']} shapes"
+              + (f"; left out, Marlin's own failures: {', '.join(p['marlin_failures'])}"
+                 if p.get("marlin_failures") else "") + ")"
+              for c, p in picks.items()] or ["- none: no variant was correct and measured in every class"]
+    lines += ["", "```python", auto_line(picks), "```", "", "## Targets on that choice", ""]
+    lines += [f"- {'PASS' if ok else 'FAIL'}: {name} ({val})" for name, ok, val in targets]
+    variants = list(dict.fromkeys(r["variant"] for r in rows if r["variant"] != "marlin_only"))
+    lines += ["", "## Per shape: Marlin alone (µs) and each variant's overhead % (cold / graph)", "",
+              "| case | class | Marlin µs | " + " | ".join(variants) + " |", "|---" * (3 + len(variants)) + "|"]
+    for cid in dict.fromkeys(r["case_id"] for r in rows):
+        sel = {(r["variant"], r["mode"]): r for r in rows if r["case_id"] == cid}
+        any_row = next(iter(sel.values()))
+        m_us = " / ".join(fmt(_num(sel[("marlin_only", m)], "time_us")) if ("marlin_only", m) in sel else "-"
+                          for m in ("cold", "graph"))
+        lines.append(f"| {cid} | {any_row['shape_class']} | {m_us} | " + " | ".join(_cell(sel, v) for v in variants) + " |")
+    lines += ["", "`!` = incorrect on that shape (excluded from the recommendation)."]
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(out: Path, rows, extra: dict, header: list[str]) -> tuple[list, dict, list]:
+    summary = summarize(rows)
+    picks = recommend(rows, [v for v in CORRECTIONS if any(r["variant"] == v for r in rows)])
+    targets = evaluate_targets(rows, picks)
+    with open(out / "correction_study.csv", "w", newline="") as fh:
+        wr = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
+        wr.writeheader()
+        wr.writerows(rows)
+    (out / "correction_study.md").write_text(render_markdown(rows, summary, picks, targets, header))
+    (out / "correction_study.json").write_text(json.dumps(
+        {**extra, "summary": summary, "picks": picks, "auto_line": auto_line(picks),
+         "targets": [{"target": n, "pass": ok, "value": v} for n, ok, v in targets]}, indent=2, default=str))
+    return summary, picks, targets
