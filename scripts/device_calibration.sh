@@ -31,6 +31,6 @@ step build python3 -c "from harness.kernels.build import extension, build_info; 
 [[ $steps == *" job "* ]] && step job python3 -m harness job --arch sm90 --out "$res/aa" --no-progress \
   && tail -12 "$out/$tag-job.log"
 [[ $steps == *" planted "* ]] && step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
-  --matrix production --mode graph --out "$res/planted" --no-progress --no-compare \
+  --matrix production --mode graph --out "$res/planted" --no-progress ${PLANT_ARGS:---no-compare} \
   --plugin tests/planted/slowdown_plugin.py
 [[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare
