@@ -68,7 +68,8 @@ def tests(session: nox.Session) -> None:
     after this session with ``nox -R -s tests -- -n 2 -m slow tests/unit``.
     """
     _cpu_env(session, "test")
-    args = session.posargs or ["-n", "2", "-m", "not slow", "--durations=10", "tests/unit", "tests/gpu"]
+    args = session.posargs or ["-n", "2", "-m", "not slow", "--durations=10",
+                               "tests/unit", "tests/gpu"]
     session.run("python", "-m", "pytest", *args)
 
 
@@ -93,7 +94,8 @@ def _active_env(session: nox.Session, need_cuda: bool) -> tuple[int, int] | None
     probe = subprocess.run(
         [sys.executable, "-c",
          "import torch,sys;ok=torch.cuda.is_available();"
-         "print('%d %d' % torch.cuda.get_device_capability() if ok else 'none', torch.__version__)"],
+         "print('%d %d' % torch.cuda.get_device_capability() if ok else 'none', "
+         "torch.__version__)"],
         capture_output=True, text=True,
     )
     if probe.returncode != 0:
@@ -106,7 +108,8 @@ def _active_env(session: nox.Session, need_cuda: bool) -> tuple[int, int] | None
         return None
     site = os.path.abspath(os.path.join(".nox", "_site"))
     missing = [m for m in ("optimum.quanto",)
-               if subprocess.run([sys.executable, "-c", f"import {m}"], capture_output=True).returncode]
+               if subprocess.run([sys.executable, "-c", f"import {m}"],
+                                 capture_output=True).returncode]
     if missing and os.path.isdir(WHEELHOUSE):
         session.run(sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                     "--target", site, "--find-links", WHEELHOUSE, "optimum-quanto", external=True)
@@ -143,7 +146,8 @@ for _arch in ARCHS:
     def _make(arch: str):
         def bench_arch(session: nox.Session) -> None:
             _bench(session, arch)
-        bench_arch.__doc__ = f"Shape matrix through every path on an {arch} GPU; gate vs baselines/{arch}/."
+        bench_arch.__doc__ = (f"Shape matrix through every path on an {arch} GPU; "
+                              f"gate vs baselines/{arch}/.")
         return bench_arch
 
     nox.session(python=False, name=f"bench-{_arch}", default=False)(_make(_arch))
@@ -169,7 +173,8 @@ def bench_pytest(session: nox.Session) -> None:
     """Benchmark cases as pytest-benchmark tests (device-side times); args go to pytest.
 
     HARNESS_BENCH_MATRIX picks the matrix (default smoke), e.g.
-    nox -s bench-pytest -- --benchmark-save=base ; later --benchmark-compare --benchmark-compare-fail=median:5%
+    nox -s bench-pytest -- --benchmark-save=base ; later
+    --benchmark-compare --benchmark-compare-fail=median:5%
     """
     _active_env(session, need_cuda=False)
     session.run("python", "-m", "pytest", "tests/bench", *session.posargs)
@@ -206,7 +211,8 @@ def wheelhouse(session: nox.Session) -> None:
     pyver = "3.12"
     if "--python-version" in session.posargs:
         pyver = session.posargs[session.posargs.index("--python-version") + 1]
-    plats = [f"--platform=manylinux_2_{n}_x86_64" for n in (17, 27, 28)] + ["--platform=manylinux2014_x86_64"]
+    plats = ([f"--platform=manylinux_2_{n}_x86_64" for n in (17, 27, 28)]
+             + ["--platform=manylinux2014_x86_64"])
     session.run("python", "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                 f"--python-version={pyver}", "--implementation=cp", *plats,
                 "-d", WHEELHOUSE, *GPU_WHEELS)

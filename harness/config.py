@@ -1,9 +1,19 @@
-"""Harness settings: the ``[tool.harness]`` table of the repository's ``pyproject.toml``.
+"""Harness settings: declared once here, picked and tuned in ``pyproject.toml``.
 
-Extension point: a new threshold is one entry in ``_DEFAULT_PRESETS["default"]`` (and the
-other presets), one field on ``Settings`` and the same key in ``pyproject.toml``. A new
-preset is one ``[tool.harness.presets.NAME]`` table; keys it leaves out come from the
-file's ``default`` preset, then from the packaged defaults below.
+Every setting is ONE field of ``Settings``, declared with ``_setting``: its type (the
+annotation), its value in the default preset, a one-line doc, its allowed range and, for
+a setting added after runs were first stored, ``stored_default`` (what a stored run whose
+json lacks the key was gated with). Derived from the fields: ``SPECS`` (one ``SettingSpec``
+per setting), ``SETTING_TYPES``, ``DEFAULT_PRESET``, the packaged presets, ``to_dict`` /
+``from_dict`` and every check of ``load_settings``. The other packaged presets are
+``PRESET_OVERRIDES``: the values where each differs from the default.
+
+Extension point: a new setting is one ``_setting`` field (plus its value in the presets of
+``PRESET_OVERRIDES`` that differ) and the same key, with a comment, in ``pyproject.toml``'s
+presets (tests/unit/test_config.py keeps the two equal). A new preset is one
+``[tool.harness.presets.NAME]`` table. A preset's value of a key is, first hit wins: the
+file's table of that preset, ``PRESET_OVERRIDES`` of that preset, the file's ``default``
+table, the packaged default.
 
 Where the table is read from, first hit wins:
   1. ``load_settings(pyproject=PATH)``;
@@ -11,8 +21,7 @@ Where the table is read from, first hit wins:
      worktree it was imported from) when it has a ``[tool.harness]`` table;
   3. the nearest ``pyproject.toml`` with a ``[tool.harness]`` table from the current
      directory upwards;
-  4. the packaged defaults (an installed wheel has no pyproject); they mirror the
-     repository's presets (a unit test keeps the two equal).
+  4. the packaged defaults (an installed wheel has no pyproject).
 
 Torch-free, like everything ``harness.reports`` imports.
 """
@@ -20,8 +29,9 @@ Torch-free, like everything ``harness.reports`` imports.
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 try:  # Python >= 3.11
@@ -34,34 +44,8 @@ class ConfigError(ValueError):
     """A bad preset name, setting key or value (one-line message naming it)."""
 
 
-#: key -> type; the order is the order of ``Settings`` fields after ``preset``.
-SETTING_TYPES: dict[str, type] = {
-    "rel_err_gate": float,
-    "min_effect": float,
-    "alpha": float,
-    "noise_margin_floor": float,
-    "ppl_drift_tolerance": float,
-    "warmup_ms": float,
-    "max_case_seconds": float,
-    "target_rel_spread": float,
-    "min_samples": int,
-    "max_samples": int,
-    "gate_eager_speed": int,
-    "accuracy_runs": int,
-    "fail_on_nondeterminism": int,
-    "rel_err_growth": float,
-    "rms_ulp_slack": float,
-    "rms_ulp_growth": float,
-    "graph_idle_ratio": float,
-}
-
-#: Settings added after runs were first stored: a run's json without one was gated with
-#: this value (``Settings.from_dict`` fills it in). The three accuracy-growth keys did not
-#: exist then (the gate compared per-element ULPs instead); a json without them reads with
-#: the default preset's values.
-ADDED_LATER: dict[str, float | int] = {"accuracy_runs": 1, "fail_on_nondeterminism": 0,
-                                       "rel_err_growth": 0.10, "rms_ulp_slack": 0.25,
-                                       "rms_ulp_growth": 0.10, "graph_idle_ratio": 0.0}
+PACKAGED_SOURCE = "<packaged defaults>"
+DEFAULT_PRESET_NAME = "default"
 
 #: Settings that no longer exist: the per-element ULP gate (``max_ulp`` / ``p99_ulp``
 #: against the baseline's + max(ulp_tolerance, ulp_rel_tolerance x the baseline's)),
@@ -70,108 +54,189 @@ ADDED_LATER: dict[str, float | int] = {"accuracy_runs": 1, "fail_on_nondetermini
 #: the values are ignored. ``--set`` refuses them.
 RETIRED: frozenset[str] = frozenset({"ulp_tolerance", "ulp_rel_tolerance"})
 
-_DEFAULT_PRESETS: dict[str, dict[str, float | int]] = {
-    "default": {
-        "rel_err_gate": 1e-3, "min_effect": 0.03, "alpha": 0.01,
-        "noise_margin_floor": 0.01, "ppl_drift_tolerance": 0.01, "warmup_ms": 25.0,
-        "max_case_seconds": 2.0, "target_rel_spread": 0.01, "min_samples": 30,
-        "max_samples": 2000, "gate_eager_speed": 0,
-        "accuracy_runs": 5, "fail_on_nondeterminism": 0,
-        "rel_err_growth": 0.10, "rms_ulp_slack": 0.25, "rms_ulp_growth": 0.10,
-        "graph_idle_ratio": 1.0,
-    },
-    "strict": {
-        "rel_err_gate": 1e-3, "min_effect": 0.02, "alpha": 0.01,
-        "noise_margin_floor": 0.005, "ppl_drift_tolerance": 0.005, "warmup_ms": 50.0,
-        "max_case_seconds": 4.0, "target_rel_spread": 0.005, "min_samples": 50,
-        "max_samples": 5000, "gate_eager_speed": 1,
-        "accuracy_runs": 10, "fail_on_nondeterminism": 1,
-        "rel_err_growth": 0.05, "rms_ulp_slack": 0.1, "rms_ulp_growth": 0.05,
-        "graph_idle_ratio": 1.0,
-    },
-    "permissive": {
-        "rel_err_gate": 2e-3, "min_effect": 0.08, "alpha": 0.001,
-        "noise_margin_floor": 0.03, "ppl_drift_tolerance": 0.02, "warmup_ms": 10.0,
-        "max_case_seconds": 1.0, "target_rel_spread": 0.02, "min_samples": 20,
-        "max_samples": 1000, "gate_eager_speed": 0,
-        "accuracy_runs": 3, "fail_on_nondeterminism": 0,
-        "rel_err_growth": 0.25, "rms_ulp_slack": 0.5, "rms_ulp_growth": 0.25,
-        "graph_idle_ratio": 1.0,
-    },
-}
-_DEFAULT_PRESET_NAME = "default"
-PACKAGED_SOURCE = "<packaged defaults>"
+#: The keys ``[tool.harness]`` itself may hold.
+TABLE_KEYS: tuple[str, ...] = ("preset", "presets")
+
+
+def _setting(default: float, doc: str, *, low: float = 0.0, high: float = math.inf,
+             open_low: bool = False, open_high: bool = False,
+             stored_default: float | None = None):
+    """One setting's declaration: ``default`` is its default-preset value; the value must
+    lie in [low, high] (an ``open_*`` end excluded) and be finite; ``stored_default`` is
+    set for a setting added after runs were first stored (see ``Settings.from_dict``)."""
+    meta = {"doc": doc, "low": low, "high": high, "open_low": open_low,
+            "open_high": open_high, "stored_default": stored_default}
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Gate and measurement thresholds of one preset (see ``pyproject.toml`` for meanings).
+    """Gate and measurement thresholds of one preset; each field's doc is its metadata.
 
     ``preset`` names where they came from; ``source`` is the pyproject path (or
     ``<packaged defaults>``); ``overrides`` lists the keys changed on the command line.
+    ``Settings(preset="default")`` holds the packaged default preset.
     """
 
     preset: str
-    rel_err_gate: float
-    min_effect: float
-    alpha: float
-    noise_margin_floor: float
-    ppl_drift_tolerance: float
-    warmup_ms: float
-    max_case_seconds: float
-    target_rel_spread: float
-    min_samples: int
-    max_samples: int
-    gate_eager_speed: int = 0
-    accuracy_runs: int = 1
-    fail_on_nondeterminism: int = 0
-    rel_err_growth: float = 0.10       # LESS_ACCURATE: rel_err above baseline x (1 + this)
-    rms_ulp_slack: float = 0.25        # LESS_ACCURATE: rms_ulp_p99 above baseline + max(this,
-    rms_ulp_growth: float = 0.10       #   rms_ulp_growth x baseline)
-    graph_idle_ratio: float = 0.0      # graph mode: untimed device idle after each batch, x its time
+    rel_err_gate: float = _setting(
+        1e-3, "mean|C-ref| / mean|ref| above this fails accuracy")
+    min_effect: float = _setting(
+        0.03, "smallest relative slowdown that can be called SLOWER")
+    alpha: float = _setting(
+        0.01, "Mann-Whitney significance level of a SLOWER / FASTER call",
+        high=1.0, open_low=True, open_high=True)
+    noise_margin_floor: float = _setting(
+        0.01, "a baseline's per-case noise margin is never below this")
+    ppl_drift_tolerance: float = _setting(
+        0.01, "relative perplexity drift allowed against the baseline")
+    warmup_ms: float = _setting(
+        25.0, "host ms of untimed warm-up batches before each (case, path, mode) samples")
+    max_case_seconds: float = _setting(
+        2.0, "host seconds of sampling after which a (case, path, mode) stops (time_cap)",
+        open_low=True)
+    target_rel_spread: float = _setting(
+        0.01, "sampling stops when the median's 95% CI half-width is below this x median",
+        open_low=True)
+    min_samples: int = _setting(
+        30, "samples taken before the spread may stop sampling (at least 3)", low=3)
+    max_samples: int = _setting(
+        2000, "samples after which sampling stops (at least min_samples)", low=3)
+    gate_eager_speed: int = _setting(
+        0, "1: SLOWER in host-paced modes (cold, cpu, model) fails the gate; 0: reported",
+        high=1)
+    accuracy_runs: int = _setting(
+        5, "runs of each (case, path) on identical inputs, outputs compared bit for bit",
+        low=1, stored_default=1)
+    fail_on_nondeterminism: int = _setting(
+        0, "1: every nondeterministic row fails; 0: a path documented to vary passes",
+        high=1, stored_default=0)
+    rel_err_growth: float = _setting(
+        0.10, "LESS_ACCURATE: rel_err above the baseline's x (1 + this)",
+        stored_default=0.10)
+    rms_ulp_slack: float = _setting(
+        0.25, "LESS_ACCURATE: rms_ulp_p99 above the baseline's + max(this, growth x it)",
+        stored_default=0.25)
+    rms_ulp_growth: float = _setting(
+        0.10, "LESS_ACCURATE: the relative part of the rms_ulp_p99 allowance",
+        stored_default=0.10)
+    graph_idle_ratio: float = _setting(
+        1.0, "graph mode: untimed GPU idle after each timed batch, x the batch's time",
+        stored_default=0.0)
     source: str = PACKAGED_SOURCE
     overrides: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        for key, typ in SETTING_TYPES.items():
-            value = getattr(self, key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ConfigError(f"setting {key!r} must be a number, got {value!r}")
-            if typ is int and float(value) != int(value):
-                raise ConfigError(f"setting {key!r} must be an integer, got {value!r}")
-            object.__setattr__(self, key, typ(value))
-            if not math.isfinite(float(value)) or value < 0:
-                raise ConfigError(f"setting {key!r} must be finite and >= 0, got {value!r}")
-        if not 0.0 < self.alpha < 1.0:
-            raise ConfigError(f"setting 'alpha' must be in (0, 1), got {self.alpha!r}")
-        if self.accuracy_runs < 1:
-            raise ConfigError(f"setting 'accuracy_runs' must be >= 1, got {self.accuracy_runs}")
-        if self.fail_on_nondeterminism not in (0, 1):
-            raise ConfigError(f"setting 'fail_on_nondeterminism' must be 0 or 1, got {self.fail_on_nondeterminism}")
-        if self.min_samples < 1:
-            raise ConfigError(f"setting 'min_samples' must be >= 1, got {self.min_samples}")
+        for spec in SPECS.values():
+            object.__setattr__(self, spec.name, spec.check(getattr(self, spec.name)))
         if self.max_samples < self.min_samples:
-            raise ConfigError(
-                f"setting 'max_samples' ({self.max_samples}) is below 'min_samples' ({self.min_samples})"
-            )
+            raise ConfigError(f"setting 'max_samples' ({self.max_samples}) is below "
+                              f"'min_samples' ({self.min_samples})")
 
     def to_dict(self) -> dict:
         """The thresholds (and their provenance) as a JSON-ready dict."""
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d = asdict(self)
         d["overrides"] = list(self.overrides)
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping, source: str = "<settings>") -> Settings:
-        """Rebuild from ``to_dict`` output (e.g. a run's json); unknown keys (``RETIRED``
-        ones included) are ignored, keys in ``ADDED_LATER`` may be absent."""
-        d = {**ADDED_LATER, **d}
-        missing = [k for k in SETTING_TYPES if k not in d]
-        if missing:
-            raise ConfigError(f"{source}: settings lack key {missing[0]!r}")
-        kwargs = {k: d[k] for k in SETTING_TYPES}
-        return cls(preset=str(d.get("preset", "?")), source=str(d.get("source", source)),
-                   overrides=tuple(d.get("overrides", ())), **kwargs)
+        """Rebuild from ``to_dict`` output (e.g. a run's json). Unknown keys (``RETIRED``
+        ones included) are ignored; a setting with a ``stored_default`` may be absent (the
+        run was gated with that value), any other absent setting is an error."""
+        values = {}
+        for spec in SPECS.values():
+            if spec.name in d:
+                values[spec.name] = d[spec.name]
+            elif spec.stored_default is not None:
+                values[spec.name] = spec.stored_default
+            else:
+                raise ConfigError(f"{source}: settings lack key {spec.name!r}")
+        try:
+            return cls(preset=str(d.get("preset", "?")), source=str(d.get("source", source)),
+                       overrides=tuple(d.get("overrides", ())), **values)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class SettingSpec:
+    """One setting as ``Settings`` declares it (derived from the field)."""
+
+    name: str
+    type: type
+    default: float
+    doc: str
+    low: float
+    high: float
+    open_low: bool
+    open_high: bool
+    stored_default: float | None
+
+    def range_text(self) -> str:
+        """E.g. ``>= 0``, ``in (0, 1)``, ``0 or 1``."""
+        lo, hi = f"{self.low:g}", f"{self.high:g}"
+        if self.type is int and self.high - self.low == 1:
+            return f"{lo} or {hi}"
+        if math.isinf(self.high):
+            return f"{'>' if self.open_low else '>='} {lo}"
+        return f"in {'(' if self.open_low else '['}{lo}, {hi}{')' if self.open_high else ']'}"
+
+    def check(self, value: object) -> float | int:
+        """``value`` as this setting's type; ``ConfigError`` naming the setting if it is
+        not a number of that type, not finite or out of range."""
+        kind = "an integer" if self.type is int else "a number"
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"setting {self.name!r} must be {kind}, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"setting {self.name!r} must be finite, got {value!r}")
+        if self.type is int and not float(value).is_integer():
+            raise ConfigError(f"setting {self.name!r} must be {kind}, got {value!r}")
+        value = self.type(value)
+        below = value <= self.low if self.open_low else value < self.low
+        above = value >= self.high if self.open_high else value > self.high
+        if below or above:
+            raise ConfigError(
+                f"setting {self.name!r} must be {self.range_text()}, got {value!r}")
+        return value
+
+
+def _specs() -> dict[str, SettingSpec]:
+    hints = typing.get_type_hints(Settings)
+    return {f.name: SettingSpec(name=f.name, type=hints[f.name], default=f.default, **f.metadata)
+            for f in fields(Settings) if f.metadata}
+
+
+#: name -> its declaration, in ``Settings`` field order.
+SPECS: dict[str, SettingSpec] = _specs()
+#: name -> type (int or float).
+SETTING_TYPES: dict[str, type] = {name: spec.type for name, spec in SPECS.items()}
+#: The default preset: name -> value.
+DEFAULT_PRESET: dict[str, float | int] = {name: spec.default for name, spec in SPECS.items()}
+
+#: The other packaged presets: where each differs from ``DEFAULT_PRESET``.
+PRESET_OVERRIDES: dict[str, dict[str, float | int]] = {
+    "strict": {
+        "min_effect": 0.02, "noise_margin_floor": 0.005, "ppl_drift_tolerance": 0.005,
+        "warmup_ms": 50.0, "max_case_seconds": 4.0, "target_rel_spread": 0.005,
+        "min_samples": 50, "max_samples": 5000, "gate_eager_speed": 1, "accuracy_runs": 10,
+        "fail_on_nondeterminism": 1, "rel_err_growth": 0.05, "rms_ulp_slack": 0.1,
+        "rms_ulp_growth": 0.05,
+    },
+    "permissive": {
+        "rel_err_gate": 2e-3, "min_effect": 0.08, "alpha": 0.001, "noise_margin_floor": 0.03,
+        "ppl_drift_tolerance": 0.02, "warmup_ms": 10.0, "max_case_seconds": 1.0,
+        "target_rel_spread": 0.02, "min_samples": 20, "max_samples": 1000, "accuracy_runs": 3,
+        "rel_err_growth": 0.25, "rms_ulp_slack": 0.5, "rms_ulp_growth": 0.25,
+    },
+}
+
+
+def packaged_presets() -> dict[str, dict[str, float | int]]:
+    """Every packaged preset in full: name -> {setting: value}."""
+    out = {DEFAULT_PRESET_NAME: dict(DEFAULT_PRESET)}
+    out.update({name: {**DEFAULT_PRESET, **over} for name, over in PRESET_OVERRIDES.items()})
+    return out
 
 
 def _read_table(path: Path) -> dict | None:
@@ -196,29 +261,43 @@ def find_pyproject(start: Path | None = None) -> Path | None:
     return None
 
 
-def _presets_from(table: dict | None, source: str) -> tuple[dict[str, dict], str]:
-    """Merged presets (file over packaged) and the default preset name."""
-    presets = {name: dict(values) for name, values in _DEFAULT_PRESETS.items()}
-    if table is None:
-        return presets, _DEFAULT_PRESET_NAME
-    file_presets = table.get("presets", {})
-    if not isinstance(file_presets, dict):
+def _file_presets(table: dict, source: str) -> dict[str, dict]:
+    """The file's presets, keys checked, ``RETIRED`` keys dropped."""
+    for key in table:
+        if key not in TABLE_KEYS:
+            raise ConfigError(f"{source}: unknown key {key!r} in [tool.harness]; valid keys: "
+                              + ", ".join(TABLE_KEYS))
+    presets = table.get("presets", {})
+    if not isinstance(presets, dict):
         raise ConfigError(f"{source}: [tool.harness.presets] must be a table")
-    for name, values in file_presets.items():
+    out = {}
+    for name, values in presets.items():
         if not isinstance(values, dict):
             raise ConfigError(f"{source}: [tool.harness.presets.{name}] must be a table")
-    # an older pyproject may still carry retired keys: read, ignored
-    file_presets = {name: {k: v for k, v in values.items() if k not in RETIRED}
-                    for name, values in file_presets.items()}
-    base = dict(_DEFAULT_PRESETS[_DEFAULT_PRESET_NAME])
-    base.update(file_presets.get(_DEFAULT_PRESET_NAME, {}))
-    for name, values in file_presets.items():
+        # an older pyproject may still carry retired keys: read, ignored
+        values = {k: v for k, v in values.items() if k not in RETIRED}
         _check_keys(values, f"{source}: preset {name!r}")
-        merged = dict(presets.get(name, base))
-        merged.update(values)
-        presets[name] = merged
-    default = table.get("preset", _DEFAULT_PRESET_NAME)
-    if default not in presets:
+        out[name] = values
+    return out
+
+
+def _presets_from(table: dict | None, source: str) -> tuple[dict[str, dict], str]:
+    """Every preset in full (values checked) and the default preset name."""
+    if table is None:
+        return packaged_presets(), DEFAULT_PRESET_NAME
+    file_presets = _file_presets(table, source)
+    file_default = file_presets.get(DEFAULT_PRESET_NAME, {})
+    presets = {}
+    for name in dict.fromkeys([DEFAULT_PRESET_NAME, *PRESET_OVERRIDES, *file_presets]):
+        values = {**DEFAULT_PRESET, **file_default, **PRESET_OVERRIDES.get(name, {}),
+                  **file_presets.get(name, {})}
+        try:
+            Settings(preset=name, source=source, **values)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: preset {name!r}: {exc}") from None
+        presets[name] = values
+    default = table.get("preset", DEFAULT_PRESET_NAME)
+    if not isinstance(default, str) or default not in presets:
         raise ConfigError(
             f"{source}: tool.harness.preset = {default!r} is not a preset; valid presets: "
             + ", ".join(sorted(presets))
@@ -233,9 +312,9 @@ def _check_keys(values: Iterable[str], where: str) -> None:
                 f"{where}: setting {key!r} is retired (the per-element ULP gate was replaced by "
                 "rel_err_growth, rms_ulp_slack and rms_ulp_growth)"
             )
-        if key not in SETTING_TYPES:
+        if key not in SPECS:
             raise ConfigError(
-                f"{where}: unknown setting {key!r}; valid settings: " + ", ".join(SETTING_TYPES)
+                f"{where}: unknown setting {key!r}; valid settings: " + ", ".join(SPECS)
             )
 
 
@@ -254,7 +333,7 @@ def load_settings(
     """The ``Settings`` of ``preset`` (None: ``tool.harness.preset``) with ``overrides`` applied.
 
     ``overrides`` maps setting keys to numbers or numeric strings (see ``parse_overrides``).
-    An unknown preset or key raises ``ConfigError`` listing the valid ones.
+    An unknown preset, key or a bad value raises a one-line ``ConfigError`` naming it.
     """
     if pyproject is not None:
         path: Path | None = Path(pyproject)
@@ -278,19 +357,16 @@ def load_settings(
 
 
 def _coerce(key: str, raw: object) -> float | int:
-    typ = SETTING_TYPES[key]
+    """A ``--set`` value (a string or a number) as the setting's type."""
+    spec = SPECS[key]
     try:
         if isinstance(raw, bool):
             raise ValueError
         value = float(raw)  # type: ignore[arg-type]
-        if typ is int:
-            if not value.is_integer():
-                raise ValueError
-            return int(value)
-        return value
     except (TypeError, ValueError):
-        kind = "an integer" if typ is int else "a number"
-        raise ConfigError(f"setting {key!r} needs {kind}, got {raw!r}") from None
+        kind = "an integer" if spec.type is int else "a number"
+        raise ConfigError(f"setting {key!r} must be {kind}, got {raw!r}") from None
+    return spec.check(value)
 
 
 def parse_overrides(items: Iterable[str] | None) -> dict[str, str]:

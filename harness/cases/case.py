@@ -64,7 +64,9 @@ class GemmCase:
             object.__setattr__(self, "tags", tuple(self.tags))
         for tag in self.tags:
             if not isinstance(tag, str) or not _TAG_RE.match(tag):
-                raise ValueError(f"GemmCase.tags has an invalid tag {tag!r} (letters, digits, _.- only)")
+                raise ValueError(
+                    f"GemmCase.tags has an invalid tag {tag!r} (letters, digits, _.- only)"
+                )
 
     @property
     def per_row(self) -> bool:

@@ -49,16 +49,24 @@ def _bounded(op: type, left, right, text: str):
         strs = [v for v in (left, right) if isinstance(v, str)]
         ints = [v for v in (left, right) if isinstance(v, int) and not isinstance(v, bool)]
         if strs and ints and len(strs[0]) * max(ints[0], 0) > MAX_STR_LEN:
-            raise FilterError(f"filter {_short(text)}: a string longer than {MAX_STR_LEN} characters "
-                              "would be built; filters compare case fields, keep values small")
+            raise FilterError(
+                f"filter {_short(text)}: a string longer than {MAX_STR_LEN} characters "
+                "would be built; filters compare case fields, keep values small"
+            )
         if len(ints) == 2 and ints[0].bit_length() + ints[1].bit_length() > MAX_INT_BITS:
-            raise FilterError(f"filter {_short(text)}: an integer beyond {MAX_INT_BITS} bits would be built")
+            raise FilterError(
+                f"filter {_short(text)}: an integer beyond {MAX_INT_BITS} bits would be built"
+            )
     if op is ast.Add and isinstance(left, str) and isinstance(right, str) \
             and len(left) + len(right) > MAX_STR_LEN:
-        raise FilterError(f"filter {_short(text)}: a string longer than {MAX_STR_LEN} characters would be built")
+        raise FilterError(
+            f"filter {_short(text)}: a string longer than {MAX_STR_LEN} characters would be built"
+        )
     out = _BIN[op](left, right)
     if isinstance(out, int) and out.bit_length() > MAX_INT_BITS:
-        raise FilterError(f"filter {_short(text)}: an integer beyond {MAX_INT_BITS} bits would be built")
+        raise FilterError(
+            f"filter {_short(text)}: an integer beyond {MAX_INT_BITS} bits would be built"
+        )
     return out
 
 
@@ -80,18 +88,24 @@ def _check(node: ast.AST, text: str) -> None:
             _check(v, text)
     elif isinstance(node, ast.UnaryOp):
         if not isinstance(node.op, (ast.Not, ast.USub)):
-            raise FilterError(f"filter {_short(text)}: operator {type(node.op).__name__} is not allowed")
+            raise FilterError(
+                f"filter {_short(text)}: operator {type(node.op).__name__} is not allowed"
+            )
         _check(node.operand, text)
     elif isinstance(node, ast.Compare):
         for op in node.ops:
             if type(op) not in _CMP:
-                raise FilterError(f"filter {_short(text)}: comparison {type(op).__name__} is not allowed")
+                raise FilterError(
+                    f"filter {_short(text)}: comparison {type(op).__name__} is not allowed"
+                )
         _check(node.left, text)
         for c in node.comparators:
             _check(c, text)
     elif isinstance(node, ast.BinOp):
         if type(node.op) not in _BIN:
-            raise FilterError(f"filter {_short(text)}: operator {type(node.op).__name__} is not allowed")
+            raise FilterError(
+                f"filter {_short(text)}: operator {type(node.op).__name__} is not allowed"
+            )
         _check(node.left, text)
         _check(node.right, text)
     elif isinstance(node, ast.Name):
@@ -101,7 +115,9 @@ def _check(node: ast.AST, text: str) -> None:
             )
     elif isinstance(node, ast.Constant):
         if not isinstance(node.value, (int, str, bool)):
-            raise FilterError(f"filter {_short(text)}: constant {node.value!r} is not an int, str or bool")
+            raise FilterError(
+                f"filter {_short(text)}: constant {node.value!r} is not an int, str or bool"
+            )
     else:
         raise FilterError(
             f"filter {_short(text)}: {type(node).__name__} is not allowed "
@@ -146,7 +162,9 @@ def compile_filter(text: str | None) -> Callable[[GemmCase], bool]:
     if text is None or not text.strip():
         return lambda case: True
     if len(text) > MAX_FILTER_CHARS:
-        raise FilterError(f"filter of {len(text)} characters is too long (at most {MAX_FILTER_CHARS})")
+        raise FilterError(
+            f"filter of {len(text)} characters is too long (at most {MAX_FILTER_CHARS})"
+        )
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except (SyntaxError, RecursionError, MemoryError) as exc:
@@ -154,14 +172,18 @@ def compile_filter(text: str | None) -> Callable[[GemmCase], bool]:
         raise FilterError(f"filter {_short(text)} is not a valid expression: {why}") from None
     nodes = sum(1 for _ in ast.walk(tree))
     if nodes > MAX_FILTER_NODES:
-        raise FilterError(f"filter {_short(text)}: {nodes} syntax nodes, at most {MAX_FILTER_NODES}")
+        raise FilterError(
+            f"filter {_short(text)}: {nodes} syntax nodes, at most {MAX_FILTER_NODES}"
+        )
     _check(tree, text)
 
     def predicate(case: GemmCase) -> bool:
         try:
             return bool(_interpret(tree, case, text))
         except TypeError as exc:
-            raise FilterError(f"filter {_short(text)} cannot be evaluated on {case.id}: {exc}") from None
+            raise FilterError(
+                f"filter {_short(text)} cannot be evaluated on {case.id}: {exc}"
+            ) from None
         except ZeroDivisionError:
             raise FilterError(f"filter {_short(text)} divides by zero on {case.id}") from None
 

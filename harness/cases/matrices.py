@@ -39,7 +39,10 @@ def production() -> list[GemmCase]:
     return _merge(cases)
 
 
-@MATRICES.register("swiglu", "SwiGLU gate/up pairs of the 2B MLP (N 8192, K 2048) x BT {1..1024} x {per-row, g128}")
+@MATRICES.register(
+    "swiglu",
+    "SwiGLU gate/up pairs of the 2B MLP (N 8192, K 2048) x BT {1..1024} x {per-row, g128}",
+)
 def swiglu() -> list[GemmCase]:
     """TinyLoop's ``quant_swiglu`` shape as one pair case (two weights, SiLU x mul): run as
     the fused native kernel and as a pair of calls of every path
@@ -49,7 +52,9 @@ def swiglu() -> list[GemmCase]:
             for gs in (k, 128) for bt in PRODUCTION_BT]
 
 
-@MATRICES.register("parity", "the seed's parity chain: 3 sym-packer, 4 py-correction, 5 kernel, 7 wrapper")
+@MATRICES.register(
+    "parity", "the seed's parity chain: 3 sym-packer, 4 py-correction, 5 kernel, 7 wrapper"
+)
 def parity() -> list[GemmCase]:
     def c(m, n, k, gs, stage):
         return GemmCase(M=m, N=n, K=k, group_size=gs, seed=1, tags=(stage,))

@@ -64,16 +64,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("baseline", help="accept, record, calibrate or show baselines",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     bsub = p.add_subparsers(dest="baseline_command", required=True, metavar="ACTION")
-    a = bsub.add_parser("accept", help="print the diff against the current baseline, then promote RUN")
+    a = bsub.add_parser("accept",
+                        help="print the diff against the current baseline, then promote RUN")
     a.add_argument("run", help="a result CSV or results directory")
     a.add_argument("--arch", default=None, help="baseline arch (default: the run's)")
     a.add_argument("--root", default="baselines", help="baselines root (default baselines)")
     a.add_argument("--yes", action="store_true",
-                   help="promote without asking (for CI); otherwise asks after printing the changes")
+                   help="promote without asking (for CI); "
+                        "otherwise asks after printing the changes")
     add_settings_args(a)
     a.set_defaults(func=run_accept)
     for name, helptext, func in (
-        ("record", "a new baseline from N A/A runs: per case the medoid run's row, margins from all",
+        ("record",
+         "a new baseline from N A/A runs: per case the medoid run's row, margins from all",
          run_record),
         ("calibrate", "replace the noise margins of the existing baseline from N A/A runs",
          run_calibrate),
@@ -93,7 +96,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "lomo":
             c.add_argument("--planted", type=float, default=0.05,
                            help="planted slowdown checked on each held-out run (default 0.05)")
-            c.add_argument("--modes", default="graph", help="modes whose speed gates (default graph)")
+            c.add_argument("--modes", default="graph",
+                           help="modes whose speed gates (default graph)")
         add_settings_args(c)
         c.set_defaults(func=func)
     s = bsub.add_parser("show", help="print a baseline's environment, rows and margins")
@@ -147,7 +151,8 @@ def run_show(args: argparse.Namespace) -> int:
     if args.arch:
         show(root / args.arch)
         return 0
-    arches = sorted(d for d in root.glob("*") if d.is_dir() and any(d.glob("*.csv"))) if root.is_dir() else []
+    arches = (sorted(d for d in root.glob("*") if d.is_dir() and any(d.glob("*.csv")))
+              if root.is_dir() else [])
     if not arches:
         raise BaselineNotFoundError(f"no baselines under {root}")
     for d in arches:
@@ -158,7 +163,8 @@ def run_show(args: argparse.Namespace) -> int:
 def _run_name(run: Run, matrix: str) -> str:
     """A source run named by commit, GPU uuid and date (no local path)."""
     meta = run.metas.get(matrix)
-    ident = run_identity(meta.environment if meta else run.environment, meta.created if meta else "")
+    ident = run_identity(meta.environment if meta else run.environment,
+                         meta.created if meta else "")
     return ", ".join(f"{k} {v}" for k, v in ident.items() if v and k != "machine") or run.label
 
 
@@ -198,7 +204,8 @@ def accept(
             else:
                 try:
                     warnings = check_environment(old_meta.environment, env, old_meta.settings,
-                                                 run_settings(run, matrix), what="previous baseline")
+                                                 run_settings(run, matrix),
+                                                 what="previous baseline")
                 except IncompatibleBaselineError as exc:
                     warnings = None
                     echo(f"{matrix}: {exc}; replacing it without a diff")
@@ -228,7 +235,8 @@ def accept(
     return written
 
 
-def _load_aa_runs(run_paths: Sequence[str | Path], echo: Callable[[str], None] = print) -> list[Run]:
+def _load_aa_runs(run_paths: Sequence[str | Path],
+                  echo: Callable[[str], None] = print) -> list[Run]:
     """Stored A/A runs of one commit, in comparable environments (one-line errors;
     ``check_environment``'s warnings are echoed)."""
     if len(run_paths) < 2:
@@ -236,7 +244,8 @@ def _load_aa_runs(run_paths: Sequence[str | Path], echo: Callable[[str], None] =
     runs = [load_run(p) for p in run_paths]
     commits = {r.environment.commit for r in runs}
     if len(commits) > 1:
-        raise ValueError("--runs: A/A calibration needs runs of one commit; got " + ", ".join(sorted(commits)))
+        raise ValueError("--runs: A/A calibration needs runs of one commit; got "
+                         + ", ".join(sorted(commits)))
     warnings: list[str] = []
     for other in runs[1:]:
         warnings += check_environment(runs[0].environment, other.environment, run_settings(runs[0]),
@@ -255,7 +264,8 @@ def _calibration_info(runs: Sequence[Run], matrix: str, coverage: float, prior_d
         "method": "moderated log-spread, one-sided prediction bound (harness.reports.calibration)",
         "coverage": coverage, "prior_df": prior_df, "floor": floor, "date": now_iso(),
         "runs": len(runs), "machines": len(set(machines)),
-        "sources": [run_identity(r.environment, r.metas[matrix].created if matrix in r.metas else "")
+        "sources": [run_identity(r.environment,
+                                 r.metas[matrix].created if matrix in r.metas else "")
                     for r in runs],
         "margin_median": median(margins) if margins else math.nan,
         "margin_max": max(margins) if margins else math.nan,
@@ -269,14 +279,16 @@ def _spreads_for(runs: Sequence[Run], matrix: str, settings: Settings, coverage:
                    prior_df=prior_df, floor=settings.noise_margin_floor)
 
 
-def _say_margins(echo, matrix: str, runs: int, machines: int, spread: Mapping[Key, KeySpread]) -> None:
+def _say_margins(echo, matrix: str, runs: int, machines: int,
+                 spread: Mapping[Key, KeySpread]) -> None:
     if not spread:
         echo(f"{matrix}: no key timed in two runs; margins unchanged")
         return
     margins = {k: s.margin for k, s in spread.items()}
     worst = max(margins, key=margins.get)
     echo(f"{matrix}: {len(margins)} noise margins from {runs} runs on {machines} machine(s); "
-         f"median {median(list(margins.values())):.2%}, largest {margins[worst]:.2%} at {'/'.join(worst)}")
+         f"median {median(list(margins.values())):.2%}, "
+         f"largest {margins[worst]:.2%} at {'/'.join(worst)}")
 
 
 def calibrate(
@@ -299,7 +311,8 @@ def calibrate(
                 echo(line)
             spread = _spreads_for(runs, matrix, settings, coverage, prior_df)
             margins = {k: s.margin for k, s in spread.items()}
-            info = _calibration_info(runs, matrix, coverage, prior_df, settings.noise_margin_floor, spread)
+            info = _calibration_info(runs, matrix, coverage, prior_df,
+                                     settings.noise_margin_floor, spread)
             write_baseline_matrix(directory, rows, replace(
                 meta, noise_margins=dict(meta.noise_margins) | margins, calibration=info))
             out[matrix] = margins
@@ -324,7 +337,8 @@ def record(
             per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
             rows, _ = medoid_rows(per_run)
             spread = _spreads_for(runs, matrix, settings, coverage, prior_df)
-            info = _calibration_info(runs, matrix, coverage, prior_df, settings.noise_margin_floor, spread)
+            info = _calibration_info(runs, matrix, coverage, prior_df,
+                                     settings.noise_margin_floor, spread)
             first = runs[0].metas.get(matrix)
             env = (first.environment if first else runs[0].environment).with_fallbacks(arch=arch)
             meta = BaselineMeta(
@@ -346,10 +360,13 @@ def show(directory: str | Path, echo: Callable[[str], None] = print) -> Baseline
     for name, meta in base.metas.items():
         n = sum(1 for r in base.rows if r.matrix == name)
         margins = list(meta.noise_margins.values())
-        cal = (f"{len(margins)} noise margins (median {median(margins):.2%}, max {max(margins):.2%}), "
-               f"calibrated {meta.calibration.get('date', '?')} from {meta.calibration.get('runs', '?')} runs"
+        cal = (f"{len(margins)} noise margins "
+               f"(median {median(margins):.2%}, max {max(margins):.2%}), "
+               f"calibrated {meta.calibration.get('date', '?')} "
+               f"from {meta.calibration.get('runs', '?')} runs"
                if margins else "not calibrated (min_effect alone sets the speed threshold)")
-        echo(f"  {name}: {n} rows, accepted {meta.accepted or '?'} from {meta.source or '?'}; {cal}")
+        echo(f"  {name}: {n} rows, accepted {meta.accepted or '?'} "
+             f"from {meta.source or '?'}; {cal}")
     return base
 
 
@@ -361,7 +378,8 @@ def lomo_table(run_paths: Sequence[str | Path], settings: Settings, *, coverage:
     runs = _load_aa_runs(run_paths)
     machines = machines_of([r.environment for r in runs])
     lines = [f"leave-one-machine-out: {len(runs)} runs on {len(set(machines))} machine(s), "
-             f"coverage {coverage}, prior_df {prior_df:g}, planted +{planted:.0%}, modes {','.join(modes)}"]
+             f"coverage {coverage}, prior_df {prior_df:g}, planted +{planted:.0%}, "
+             f"modes {','.join(modes)}"]
     ok = True
     for matrix in runs[0].matrices:
         per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
@@ -374,7 +392,8 @@ def lomo_table(run_paths: Sequence[str | Path], settings: Settings, *, coverage:
             plants = "; ".join(f"{p} {c}/{n}" + (f" (+{o} other)" if o else "")
                                for p, (c, n, o) in h.planted.items())
             lines.append(f"{matrix} held out {h.machine[:24]} run {h.run}: {h.gated} rows, "
-                         f"false SLOWER {h.false_slower}, FASTER {h.faster}, worst change/threshold "
+                         f"false SLOWER {h.false_slower}, FASTER {h.faster}, "
+                         "worst change/threshold "
                          f"{h.worst_ratio:.2f}; planted caught: {plants}")
             ok &= h.false_slower == 0 and all(o == 0 and (n == 0 or c >= 0.95 * n)
                                               for c, n, o in h.planted.values())

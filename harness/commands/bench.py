@@ -38,10 +38,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--matrix", "-m", default=None,
                    help="comma list of matrices (default: production on a GPU, smoke on a CPU)")
-    p.add_argument("--filter", "-f", default=None, help="case filter expression (see `harness cases`)")
+    p.add_argument("--filter", "-f", default=None,
+                   help="case filter expression (see `harness cases`)")
     p.add_argument("--paths", default=None, help="comma list of paths (default: all registered)")
     p.add_argument("--mode", default=None,
-                   help="comma list of cold,graph (GPU) or cpu (default: cold,graph on a GPU, cpu on a CPU)")
+                   help="comma list of cold,graph (GPU) or cpu "
+                        "(default: cold,graph on a GPU, cpu on a CPU)")
     p.add_argument("--arch", default=None, help=ARCH_HELP)
     p.add_argument("--force", action="store_true",
                    help="run on a GPU whose arch differs from --arch (the REAL arch is recorded)")
@@ -59,7 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict-env", action="store_true", help=STRICT_ENV_HELP)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--cpu-threads", type=int, default=1,
-                   help="torch CPU threads in CPU mode (default 1: stable on shared 2-core runners)")
+                   help="torch CPU threads in CPU mode "
+                        "(default 1: stable on shared 2-core runners)")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
                    help="load extra or wrapped paths from a Python file or module (repeatable)")
     p.set_defaults(func=run)
@@ -108,7 +111,8 @@ def load_plugins(specs: list[str], load_all) -> list[str]:
                 raise ValueError(f"--plugin: no such file {spec}")
             # keep the plugin's namespace alive for the whole process: a plugin may hold
             # what it planted in a module global (a context manager whose exit undoes it)
-            _PLUGIN_NAMESPACES.append(runpy.run_path(spec, run_name=f"harness_plugin_{Path(spec).stem}"))
+            _PLUGIN_NAMESPACES.append(
+                runpy.run_path(spec, run_name=f"harness_plugin_{Path(spec).stem}"))
         else:
             try:
                 importlib.import_module(spec)
@@ -172,8 +176,8 @@ def run(args: argparse.Namespace) -> int:
     settings = load_settings(args.preset, parse_overrides(args.set))
     modes = _modes(args, device)
     matrices = _split(args.matrix) or (["smoke"] if device.type == "cpu" else ["production"])
+    plugins = load_plugins(args.plugin, registry_load.load_all)   # may add paths and matrices
     cases = {m: MATRICES.cases(m, args.filter) for m in matrices}
-    plugins = load_plugins(args.plugin, registry_load.load_all)
     paths = _load_paths(base.PATHS, _split(args.paths))
     if device.type == "cpu":
         torch.set_num_threads(max(1, args.cpu_threads))

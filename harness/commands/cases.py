@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     table = Table(title=f"matrix {args.matrix}: {len(cases)} cases"
                   + (f" (filter: {args.filter})" if args.filter else ""))
     for col in cols:
-        table.add_column(col, justify="right" if col in ("M", "N", "K", "group_size", "groups") else "left")
+        numeric = col in ("M", "N", "K", "group_size", "groups")
+        table.add_column(col, justify="right" if numeric else "left")
     for r in rows:
         table.add_row(*(str(v) for v in r))
     Console(width=140).print(table)

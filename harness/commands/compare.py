@@ -50,12 +50,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", help="baseline side: result CSV/directory or git revision")
     p.add_argument("b", help="current side: result CSV/directory or git revision")
-    p.add_argument("--out", default=None, help="output directory (default: results/compare/<A>_vs_<B>)")
-    p.add_argument("--matrix", default="production", help="matrix to measure for revisions (default production)")
+    p.add_argument("--out", default=None,
+                   help="output directory (default: results/compare/<A>_vs_<B>)")
+    p.add_argument("--matrix", default="production",
+                   help="matrix to measure for revisions (default production)")
     p.add_argument("--filter", default=None, help="case filter passed to harness bench")
     p.add_argument("--paths", default=None, help="comma-separated paths passed to harness bench")
-    p.add_argument("--mode", default=None, help="comma-separated timing modes passed to harness bench")
-    p.add_argument("--rounds", type=int, default=3, help="interleaved runs per revision (default 3)")
+    p.add_argument("--mode", default=None,
+                   help="comma-separated timing modes passed to harness bench")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="interleaved runs per revision (default 3)")
     p.add_argument("--repo", default=".", help="git repository holding the revisions (default .)")
     p.add_argument("--strict-env", action="store_true", help=STRICT_ENV_HELP)
     add_settings_args(p)
@@ -70,11 +74,13 @@ def _slug(text: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    out = Path(args.out) if args.out else Path("results") / "compare" / f"{_slug(args.a)}_vs_{_slug(args.b)}"
-    outcome = compare(args.a, args.b, settings, work_dir=out, repo=Path(args.repo), matrix=args.matrix,
-                      filter=args.filter, paths=csv_list(args.paths), modes=csv_list(args.mode),
-                      rounds=args.rounds, strict_env=args.strict_env)
-    files = write_reports(outcome.result, out, "compare", title=f"compare {outcome.a.label} -> {outcome.b.label}",
+    out = (Path(args.out) if args.out
+           else Path("results") / "compare" / f"{_slug(args.a)}_vs_{_slug(args.b)}")
+    outcome = compare(args.a, args.b, settings, work_dir=out, repo=Path(args.repo),
+                      matrix=args.matrix, filter=args.filter, paths=csv_list(args.paths),
+                      modes=csv_list(args.mode), rounds=args.rounds, strict_env=args.strict_env)
+    files = write_reports(outcome.result, out, "compare",
+                          title=f"compare {outcome.a.label} -> {outcome.b.label}",
                           rows=list(outcome.b_rows), labels=("A", "B"),
                           current_env=outcome.b.run.environment if outcome.b.run else None,
                           baseline_env=outcome.a.run.environment if outcome.a.run else None)
@@ -116,20 +122,23 @@ def bench_command(req: BenchRequest, python: str = sys.executable) -> list[str]:
 def subprocess_runner(req: BenchRequest) -> None:
     """Run ``bench_command(req)`` in the worktree with ``PYTHONPATH`` pointing at it."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(req.worktree), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(req.worktree), env.get("PYTHONPATH", "")) if p)
     req.out_dir.mkdir(parents=True, exist_ok=True)
     log = req.out_dir.parent / f"{req.out_dir.name}.log"
     with open(log, "w") as fh:
         proc = subprocess.run(bench_command(req), cwd=req.worktree, env=env, stdout=fh,
                               stderr=subprocess.STDOUT, check=False)
     if proc.returncode != 0 and not any(req.out_dir.rglob("*.csv")):
-        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:] or ["no output"]
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+        tail = lines[-1:] or ["no output"]
         raise CompareError(f"bench of {req.label} ({req.revision[:12]}) round {req.round} exited "
                            f"{proc.returncode}: {tail[0].strip()} (log {log})")
 
 
 def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                          check=False)
     if proc.returncode != 0:
         msg = (proc.stderr.strip().splitlines() or ["git failed"])[-1]
         raise CompareError(f"git {' '.join(args)}: {msg}")
@@ -143,7 +152,8 @@ def resolve_revision(repo: Path, spec: str) -> str:
     try:
         return _git(repo, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}")
     except CompareError:
-        raise CompareError(f"{spec!r} is neither a result path nor a git revision of {repo}") from None
+        raise CompareError(
+            f"{spec!r} is neither a result path nor a git revision of {repo}") from None
 
 
 @contextlib.contextmanager
@@ -227,18 +237,21 @@ def compare(
             if out.exists():
                 shutil.rmtree(out)
             echo(f"compare: round {sub}, {label} = {side.label}")
-            runner(BenchRequest(label, side.revision, tree, out, matrix, r, filt, tuple(p), tuple(m)))
+            runner(BenchRequest(label, side.revision, tree, out, matrix, r, filt,
+                                tuple(p), tuple(m)))
             try:
                 got[label] = load_run(out)
             except SchemaError as exc:
-                raise CompareError(f"bench of {label} round {sub} left no readable results: {exc}") from None
+                raise CompareError(f"bench of {label} round {sub} left no readable results: "
+                                   f"{exc}") from None
         return got
 
     with contextlib.ExitStack() as stack:
         plan = []
         if measured:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-compare-")))
-            trees = stack.enter_context(worktrees(repo.resolve(), [s.revision for s in measured], tmp))
+            trees = stack.enter_context(
+                worktrees(repo.resolve(), [s.revision for s in measured], tmp))
             plan = [(lbl, s, trees[s.revision]) for lbl, s in (("A", a), ("B", b)) if s.revision]
             for r in range(rounds):
                 for label, run in run_round(plan, r, f"round{r}", filter, paths, modes).items():

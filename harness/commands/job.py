@@ -52,21 +52,24 @@ class StepResult:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("job", help="the main GPU job: production + swiglu + ppl, gated, one summary",
+    p = sub.add_parser("job",
+                       help="the main GPU job: production + swiglu + ppl, gated, one summary",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", default=None, help="expected GPU arch, e.g. sm90 (see harness bench)")
     p.add_argument("--force", action="store_true", help="run on a GPU of another arch")
     p.add_argument("--cpu", action="store_true",
                    help="the CPU job: smoke matrix and the g128 fixture on the CPU paths")
     p.add_argument("--steps", default=None,
-                   help="comma list of steps to run (default: gemm,swiglu,ppl; with --cpu gemm,ppl)")
+                   help="comma list of steps to run "
+                        "(default: gemm,swiglu,ppl; with --cpu gemm,ppl)")
     p.add_argument("--out", default="results", help="results root (default results/)")
     p.add_argument("--baselines", default="baselines", help="baselines root (default baselines/)")
     p.add_argument("--overwrite", action="store_true", help="replace this commit's stored results")
     p.add_argument("--strict-env", action="store_true",
                    help="refuse a baseline recorded with other software versions (not only warn)")
     p.add_argument("--preset", default=None, help="settings preset")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
                    help="passed to harness bench (extra or wrapped paths); not to ppl")
@@ -134,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     from harness.measure.envinfo import git_commit  # heavy: torch (the engine)
 
     steps = CPU_STEPS if args.cpu else STEPS
-    wanted = [s.strip() for s in (args.steps or ",".join(s for s, _ in steps)).split(",") if s.strip()]
+    spec = args.steps or ",".join(s for s, _ in steps)
+    wanted = [s.strip() for s in spec.split(",") if s.strip()]
     known = {s for s, _ in steps}
     for s in wanted:
         if s not in known:
@@ -172,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(results, worst, time.perf_counter() - t0)
     if run_dir is not None and run_dir.is_dir():
         (run_dir / "job.json").write_text(json.dumps(
-            {"commit": git_commit(), "exit_code": worst, "wall_s": round(time.perf_counter() - t0, 1),
+            {"commit": git_commit(), "exit_code": worst,
+             "wall_s": round(time.perf_counter() - t0, 1),
              "steps": [r.__dict__ for r in results]}, indent=2) + "\n", encoding="utf-8")
     return worst
 

@@ -28,18 +28,22 @@ from .common import csv_list, gate_against_baseline
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("ppl", help="perplexity drift per GEMM path on the fixture or a local HF model",
+    p = sub.add_parser("ppl",
+                       help="perplexity drift per GEMM path on the fixture or a local HF model",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--fixture", default="all", choices=("g128", "row", "all"),
                    help="fixture variant (default all)")
-    p.add_argument("--fixture-dir", default=None, help="fixture folder (default harness/model/fixtures)")
+    p.add_argument("--fixture-dir", default=None,
+                   help="fixture folder (default harness/model/fixtures)")
     p.add_argument("--paths", default=None,
                    help="comma list of modes: reference, path names, dispatch, dispatch_off, "
                         "dispatch_pair (default: all but dispatch_off)")
     p.add_argument("--hf-model", default=None, metavar="DIR",
                    help="score a local Hugging Face causal LM instead (offline; needs --text)")
-    p.add_argument("--text", default=None, metavar="FILE", help="UTF-8 text to score with --hf-model")
-    p.add_argument("--max-tokens", type=int, default=1025, help="tokens of --text to score (default 1025)")
+    p.add_argument("--text", default=None, metavar="FILE",
+                   help="UTF-8 text to score with --hf-model")
+    p.add_argument("--max-tokens", type=int, default=1025,
+                   help="tokens of --text to score (default 1025)")
     p.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is visible")
     p.add_argument("--timing", choices=("auto", "on", "off"), default="auto",
                    help="time the end-to-end forward (auto: on a GPU only)")
@@ -51,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict-env", action="store_true", help=STRICT_ENV_HELP)
     p.add_argument("--overwrite", action="store_true", help="replace an existing ppl.csv")
     p.add_argument("--preset", default=None, help="settings preset (gate tolerances, timing rule)")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a setting")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting")
     p.set_defaults(func=run)
 
 
@@ -75,7 +80,8 @@ def _print_table(subject, results, scoring, echo=print) -> None:
         if r.status == "ok" and r.mode.startswith("dispatch"):
             rep = r.report
             echo(f"  {r.mode}: {rep.packed} of {rep.weights} weights packed for Marlin, pack + "
-                 f"workspace {rep.pack_bytes / 1e6:.3f} MB; fallbacks: {rep.fallbacks_text() or 'none'}"
+                 f"workspace {rep.pack_bytes / 1e6:.3f} MB; "
+                 f"fallbacks: {rep.fallbacks_text() or 'none'}"
                  + (f"; not packed: {'; '.join(rep.pack_errors)}" if rep.pack_errors else ""))
     line = scoring.swiglu_summary(results)
     if line:
@@ -134,8 +140,10 @@ def run(args: argparse.Namespace) -> int:
                                 device_name=env_d.get("gpu_name") or env_d.get("cpu") or "cpu",
                                 matrix=matrix)
     out_dir = run_dir(Path(args.out), commit, arch)
-    meta = RunMeta(matrix=matrix, commit=commit, arch=arch, environment=env, settings=settings.to_dict(),
-                   extra={"modes": modes, "timing": timing, "marlin_sm90_opt_in": bool(args.marlin_sm90)})
+    meta = RunMeta(matrix=matrix, commit=commit, arch=arch, environment=env,
+                   settings=settings.to_dict(),
+                   extra={"modes": modes, "timing": timing,
+                          "marlin_sm90_opt_in": bool(args.marlin_sm90)})
     csv_path = out_dir / f"{matrix}.csv"
     with RowWriter(csv_path, meta=meta, mode="overwrite" if args.overwrite else "new") as w:
         for row in all_rows:

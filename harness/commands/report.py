@@ -25,15 +25,18 @@ from .common import add_settings_args, stored_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("report", help="render CSV/HTML/Markdown reports of a stored run, optionally gated",
+    p = sub.add_parser("report",
+                       help="render CSV/HTML/Markdown reports of a stored run, optionally gated",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run", help="a result CSV, its json, or a results directory (results/<commit>/<arch>)")
+    p.add_argument("run", help="a result CSV, its json, or a results directory "
+                               "(results/<commit>/<arch>)")
     p.add_argument("--baseline", default=None, metavar="DIR",
                    help="gate against this baseline (baselines/ or baselines/<arch>)")
     p.add_argument("--arch", default=None, help="arch of the baseline to use (default: the run's)")
     p.add_argument("--out", default=None, help="output directory (default: <run dir>/report)")
     p.add_argument("--partial", action="store_true",
-                   help="ignore baseline cases absent from the run (a filtered run) instead of MISSING")
+                   help="ignore baseline cases absent from the run (a filtered run) "
+                        "instead of MISSING")
     p.add_argument("--strict-env", action="store_true", help=STRICT_ENV_HELP)
     add_settings_args(p)
     p.set_defaults(func=run)
@@ -54,7 +57,8 @@ def run(args: argparse.Namespace) -> int:
                                       strict=args.strict_env)
         for line in warning_lines("harness report", env_warnings):
             print(line, file=sys.stderr)
-        base_rows, margins, base_env, base_label = list(base.rows), base.margins, base.environment, base.label
+        base_rows, margins = list(base.rows), base.margins
+        base_env, base_label = base.environment, base.label
     # the bench's confirmation re-measurements, stored with the run, are replayed: the
     # same rows, baseline and settings give the verdicts the bench printed
     result = evaluate(list(stored.rows), base_rows, settings, margins=margins, partial=args.partial,
@@ -63,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
     result = with_env_warnings(result, env_warnings)
     src = Path(args.run)
     out = Path(args.out) if args.out else (src if src.is_dir() else src.parent) / "report"
-    files = write_reports(result, out, "report", rows=list(stored.rows), current_env=stored.environment,
-                          baseline_env=base_env)
+    files = write_reports(result, out, "report", rows=list(stored.rows),
+                          current_env=stored.environment, baseline_env=base_env)
     print(text_table(result, changes_only=True))
     same = agreement(result, stored.metas) if args.baseline else None
     if same:

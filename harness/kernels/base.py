@@ -226,7 +226,8 @@ class GemmPath(ABC):
         return FP16_GATE, ""
 
     def prepare_timed(self, weight: QuantizedWeight, device: torch.device) -> Prepared:
-        """``prepare`` with its wall time recorded (load time, synchronised; not a kernel timing)."""
+        """``prepare`` with its wall time recorded (load time, synchronised; not a kernel
+        timing)."""
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
@@ -255,7 +256,8 @@ class PathRegistry:
         if path.name in self._paths:
             raise ValueError(f"path {path.name!r} is registered twice")
         if path.role not in ("path", "peer"):
-            raise ValueError(f"path {path.name!r}: role must be 'path' or 'peer', got {path.role!r}")
+            raise ValueError(
+                f"path {path.name!r}: role must be 'path' or 'peer', got {path.role!r}")
         self._paths[path.name] = path
         return path
 
@@ -278,7 +280,8 @@ class PathRegistry:
         try:
             return self._paths[name]
         except KeyError:
-            raise ValueError(f"unknown path {name!r}; valid paths: {', '.join(self.names())}") from None
+            raise ValueError(
+                f"unknown path {name!r}; valid paths: {', '.join(self.names())}") from None
 
     def select(self, names: list[str] | None) -> list[GemmPath]:
         return [self.get(n) for n in names] if names else list(self._paths.values())

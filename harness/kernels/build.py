@@ -76,7 +76,8 @@ def quanto_marlin_dir() -> tuple[Path | None, str | None]:
         folder = Path(root).joinpath(*QUANTO_MARLIN_SUBDIR)
         if (folder / QUANTO_MARLIN_SOURCE).is_file() and (folder / QUANTO_MARLIN_HEADER).is_file():
             return folder, None
-    return None, (f"optimum is installed but {'/'.join(QUANTO_MARLIN_SUBDIR)}/{QUANTO_MARLIN_SOURCE} "
+    return None, ("optimum is installed but "
+                  f"{'/'.join(QUANTO_MARLIN_SUBDIR)}/{QUANTO_MARLIN_SOURCE} "
                   "is not in it (install optimum-quanto==0.2.7)")
 
 
@@ -97,7 +98,8 @@ def _check_toolchain() -> tuple[object, str, str]:
     except ImportError as exc:  # pragma: no cover - torch is a dependency
         raise BuildError(f"torch is not importable: {exc}") from None
     if torch.version.cuda is None:
-        raise BuildError(f"torch {torch.__version__} is a CPU build; the CUDA paths need a CUDA build of torch")
+        raise BuildError(f"torch {torch.__version__} is a CPU build; "
+                         "the CUDA paths need a CUDA build of torch")
     if not torch.cuda.is_available():
         raise BuildError("no CUDA GPU is visible to torch (torch.cuda.is_available() is False)")
     from torch.utils import cpp_extension  # the extension build: loaded only when building
@@ -189,7 +191,8 @@ def _build() -> tuple[ModuleType, BuildInfo]:
         except Exception as exc:  # compiler/linker output is long; keep it in a file
             log = build_dir / "build-error.log"
             log.write_text(f"{type(exc).__name__}: {exc}\n")
-            raise BuildError(f"compiling the harness extension for sm_{arch} failed; compiler output in {log}") from None
+            raise BuildError(f"compiling the harness extension for sm_{arch} failed; "
+                             f"compiler output in {log}") from None
     load_seconds = time.perf_counter() - t0
     build_seconds = load_seconds
     if cached and meta.is_file():

@@ -37,10 +37,11 @@ from .base import PAIR_KIND
 from .marlin.facts import expected_marlin_rc, marlin_groupsize_for, packable, rc_meaning
 
 __all__ = [
-    "FUSED_NAME", "FUSED_REASON", "HOPPER", "MARLIN_ENV", "PATH_FP16", "PATH_MARLIN", "PATH_NATIVE",
-    "SM90_ENV", "TINYLOOP_MARLIN_ARCHS", "Decision", "DispatchEnv", "DispatchSettings", "WeightTraits",
-    "decide", "decide_case", "decide_for_case", "expected_marlin_rc", "marlin_arch_reason",
-    "marlin_failures", "marlin_groupsize_for", "packable", "rc_meaning", "set_marlin_dispatch",
+    "FUSED_NAME", "FUSED_REASON", "HOPPER", "MARLIN_ENV", "PATH_FP16", "PATH_MARLIN",
+    "PATH_NATIVE", "SM90_ENV", "TINYLOOP_MARLIN_ARCHS", "Decision", "DispatchEnv",
+    "DispatchSettings", "WeightTraits", "decide", "decide_case", "decide_for_case",
+    "expected_marlin_rc", "marlin_arch_reason", "marlin_failures", "marlin_groupsize_for",
+    "packable", "rc_meaning", "set_marlin_dispatch",
 ]
 
 MARLIN_ENV = "TINYLOOP_USE_MARLIN"
@@ -225,7 +226,8 @@ def decide_case(case: GemmCase, env: DispatchEnv) -> Decision:
         rc = expected_marlin_rc(case.M, case.N, case.K, d.marlin_groupsize)
         if rc:
             return Decision(PATH_NATIVE, d.marlin_groupsize,
-                            (f"Marlin returned rc={rc} (predicted: {rc_meaning(rc)})",), d.arch_note)
+                            (f"Marlin returned rc={rc} (predicted: {rc_meaning(rc)})",),
+                            d.arch_note)
     return d
 
 

@@ -60,7 +60,8 @@ def unpack_native_int4(packed: torch.Tensor) -> torch.Tensor:
         raise NativeInt4Error("packed: must be a 2-D int32 tensor")
     kb, N = packed.shape
     words = packed.to(torch.int64) & 0xFFFFFFFF
-    shifts = (4 * torch.arange(CODES_PER_WORD, device=packed.device, dtype=torch.int64))[None, :, None]
+    shifts = 4 * torch.arange(CODES_PER_WORD, device=packed.device, dtype=torch.int64)
+    shifts = shifts[None, :, None]
     nib = (words[:, None, :] >> shifts) & 0xF
     return nib.reshape(kb * CODES_PER_WORD, N).to(torch.uint8)
 

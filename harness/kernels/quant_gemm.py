@@ -112,7 +112,8 @@ class QuantGemm:
             else "no CUDA GPU"
 
     def _prepare_marlin(self) -> None:
-        gs = marlin_groupsize_for(self.weight.group_size, self.weight.K, self.settings.translate_per_row)
+        gs = marlin_groupsize_for(self.weight.group_size, self.weight.K,
+                                  self.settings.translate_per_row)
         pack = marlin_pack_asymmetric(self.weight, formula=get_provider().formula(gs))
         self._prepared["pack"] = pack
         self._prepared["workspace"] = new_workspace(self.weight.N, self.device)
@@ -145,14 +146,17 @@ class QuantGemm:
             rc = self._run_marlin(A, out, d.marlin_groupsize)
             if rc == 0:
                 if not _FIRST_LOGGED:
-                    print(f"[marlin] first dispatch ok: BT={M} N={w.N} K={w.K} gs={d.marlin_groupsize}",
-                          file=sys.stderr, flush=True)
+                    print(f"[marlin] first dispatch ok: BT={M} N={w.N} K={w.K} "
+                          f"gs={d.marlin_groupsize}", file=sys.stderr, flush=True)
                     _FIRST_LOGGED = True
-                rec = DispatchRecord(path=PATH_MARLIN, marlin_groupsize=d.marlin_groupsize, marlin_rc=0, **base)
+                rec = DispatchRecord(path=PATH_MARLIN, marlin_groupsize=d.marlin_groupsize,
+                                     marlin_rc=0, **base)
             else:
                 self._run_native(A, out)
-                rec = DispatchRecord(path=PATH_NATIVE, marlin_groupsize=d.marlin_groupsize, marlin_rc=rc,
-                                     fallback_reason=f"Marlin returned rc={rc} ({rc_meaning(rc)})", **base)
+                rec = DispatchRecord(path=PATH_NATIVE, marlin_groupsize=d.marlin_groupsize,
+                                     marlin_rc=rc,
+                                     fallback_reason=f"Marlin returned rc={rc} ({rc_meaning(rc)})",
+                                     **base)
         else:
             self._run_native(A, out)
             rec = DispatchRecord(path=PATH_NATIVE, fallback_reason=d.fallback_reason, **base)

@@ -59,7 +59,8 @@ def apply_marlin_correction(C_marlin: torch.Tensor, A: torch.Tensor, delta: torc
     a_sum = a_group_sum(A, group_size)
     M, G = a_sum.shape
     if delta.shape[0] != G:
-        raise ReferenceInputError(f"delta: has {delta.shape[0]} groups, A has {G} of size {group_size}")
+        raise ReferenceInputError(
+            f"delta: has {delta.shape[0]} groups, A has {G} of size {group_size}")
     if tuple(C_marlin.shape) != (M, delta.shape[1]):
         raise ReferenceInputError(
             f"C_marlin: shape must be {(M, delta.shape[1])}, got {tuple(C_marlin.shape)}"
@@ -75,7 +76,8 @@ def dequantize_codes(codes: torch.Tensor, scale: torch.Tensor, group_size: int,
     K, N = codes.shape
     if scale.dim() != 2 or scale.shape[1] != N or scale.shape[0] * group_size != K:
         raise ReferenceInputError(
-            f"scale: shape {tuple(scale.shape)} does not fit codes {(K, N)} in groups of {group_size}"
+            f"scale: shape {tuple(scale.shape)} does not fit codes {(K, N)} "
+            f"in groups of {group_size}"
         )
     c = codes.double().reshape(scale.shape[0], group_size, N)
     if formula == "q_minus_8":

@@ -33,14 +33,15 @@ from .base import PAIR_KIND, GemmPath, Prepared
 from .dispatch import FUSED_NAME, FUSED_REASON
 from .reference import reference_fp64
 
-__all__ = ["FUSED_NAME", "FUSED_REASON", "PAIR_KIND", "FusedNativeSwiGLU", "PairPath", "case_weights",
-           "concat_n", "paths_for_case", "reference_case", "silu_mul"]
+__all__ = ["FUSED_NAME", "FUSED_REASON", "PAIR_KIND", "FusedNativeSwiGLU", "PairPath",
+           "case_weights", "concat_n", "paths_for_case", "reference_case", "silu_mul"]
 
 
 def concat_n(a: QuantizedWeight, b: QuantizedWeight) -> QuantizedWeight:
     """[a | b] along N (same K and group size): the fused SwiGLU's one weight."""
     if a.K != b.K or a.group_size != b.group_size:
-        raise ValueError(f"concat_n: gate is K={a.K} g{a.group_size}, up is K={b.K} g{b.group_size}")
+        raise ValueError(f"concat_n: gate is K={a.K} g{a.group_size}, "
+                         f"up is K={b.K} g{b.group_size}")
     return QuantizedWeight(torch.cat([a.q, b.q], 1), torch.cat([a.scale, b.scale], 1),
                            torch.cat([a.zero, b.zero], 1), a.group_size)
 
@@ -105,7 +106,8 @@ class PairPath(GemmPath):
     def prepare(self, weights, device: torch.device) -> Prepared:
         gate_w, up_w = _pair(weights)
         gate, up = self.inner.prepare(gate_w, device), self.inner.prepare(up_w, device)
-        return Prepared(self.name, gate_w, torch.device(device), {"gate": gate, "up": up, "up_weight": up_w},
+        return Prepared(self.name, gate_w, torch.device(device),
+                        {"gate": gate, "up": up, "up_weight": up_w},
                         input_dtype=gate.input_dtype, output_dtype=gate.output_dtype,
                         extra_bytes=gate.extra_bytes + up.extra_bytes + up_w.nbytes_packed(),
                         notes="; ".join(n for n in (gate.notes, up.notes) if n))
@@ -127,7 +129,8 @@ class FusedNativeSwiGLU(GemmPath):
         self.native, self.role, self.nondeterminism = native, native.role, native.nondeterminism
         self.device_types, self.min_capability = native.device_types, native.min_capability
         self.weight_formula = native.weight_formula
-        self.description = "quant_swiglu modelled: one native_int4 GEMM over [W_gate | W_up], SiLU x mul"
+        self.description = ("quant_swiglu modelled: one native_int4 GEMM over [W_gate | W_up], "
+                            "SiLU x mul")
 
     def unavailable_reason(self, device: torch.device) -> str | None:
         return self.native.unavailable_reason(device)
@@ -149,7 +152,8 @@ class FusedNativeSwiGLU(GemmPath):
     def prepare(self, weights, device: torch.device) -> Prepared:
         gate_w, up_w = _pair(weights)
         fused = self.native.prepare(concat_n(gate_w, up_w), device)
-        return Prepared(FUSED_NAME, gate_w, torch.device(device), {"fused": fused, "up_weight": up_w},
+        return Prepared(FUSED_NAME, gate_w, torch.device(device),
+                        {"fused": fused, "up_weight": up_w},
                         input_dtype=fused.input_dtype, output_dtype=fused.output_dtype,
                         extra_bytes=fused.extra_bytes, notes=fused.notes)
 

@@ -85,7 +85,8 @@ def convert_weight(q: torch.Tensor, inner: int) -> tuple[torch.Tensor, str]:
     qt = q.t().contiguous()                                   # [N, K]
     u8 = ((qt[:, 0::2] << 4) | qt[:, 1::2]).contiguous()      # [N, K/2]
     try:
-        return torch.ops.aten._convert_weight_to_int4pack(u8, inner), f"uint8 [N, K/2], innerKTiles={inner}"
+        return (torch.ops.aten._convert_weight_to_int4pack(u8, inner),
+                f"uint8 [N, K/2], innerKTiles={inner}")
     except RuntimeError as first:
         try:
             packed = torch.ops.aten._convert_weight_to_int4pack(qt.to(torch.int32), inner)
@@ -136,5 +137,6 @@ class TinygemmPath(GemmPath):
 
     def run(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         st = prepared.state
-        out.copy_(torch.ops.aten._weight_int4pack_mm(A, st["B"], prepared.weight.group_size, st["sz"]))
+        out.copy_(torch.ops.aten._weight_int4pack_mm(A, st["B"], prepared.weight.group_size,
+                                                     st["sz"]))
         return out

@@ -186,7 +186,8 @@ def nvml_facts(device: torch.device | str) -> tuple[dict[str, str], str]:
     reads = {
         "sm_clock_max_mhz": lambda: nv.nvmlDeviceGetMaxClockInfo(handle, nv.NVML_CLOCK_SM),
         "sm_clock_app_mhz": lambda: nv.nvmlDeviceGetApplicationsClock(handle, nv.NVML_CLOCK_SM),
-        "sm_clock_default_mhz": lambda: nv.nvmlDeviceGetDefaultApplicationsClock(handle, nv.NVML_CLOCK_SM),
+        "sm_clock_default_mhz":
+            lambda: nv.nvmlDeviceGetDefaultApplicationsClock(handle, nv.NVML_CLOCK_SM),
         "power_limit_w": lambda: nv.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0,
     }
     notes = []

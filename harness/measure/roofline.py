@@ -123,9 +123,11 @@ def roofline(case: GemmCase, path: GemmPath | str, time_us: float, measured: Pea
     if math.isfinite(hard) and time_us < hard:
         which = "compute and bandwidth" if l2_cold else "compute (working set within 3 x L2)"
         reason = (f"{time_us:.3f} us is below the physical floor {hard:.3f} us "
-                  f"({which}; {maxima.source}: {maxima.gbps:.0f} GB/s, {maxima.tflops:.0f} TFLOP/s)")
+                  f"({which}; {maxima.source}: {maxima.gbps:.0f} GB/s, "
+                  f"{maxima.tflops:.0f} TFLOP/s)")
     return Roofline(
         tflops=n_flops / t / 1e12, gbps=bm.total / t / 1e9, bytes_moved=bm.total,
-        floor_us=floor, pct_roofline=(100.0 * floor / time_us) if math.isfinite(floor) else math.nan,
+        floor_us=floor,
+        pct_roofline=(100.0 * floor / time_us) if math.isfinite(floor) else math.nan,
         impossible_floor_us=hard, rejected_reason=reason,
     )

@@ -40,7 +40,8 @@ class RotationPlan:
 
 
 def plan_copies(bytes_per_call: int, l2_bytes: int, *, max_copies: int = DEFAULT_MAX_COPIES,
-                mem_budget_bytes: int | None = None, mem_per_copy: int | None = None) -> RotationPlan:
+                mem_budget_bytes: int | None = None,
+                mem_per_copy: int | None = None) -> RotationPlan:
     """Copies needed so that copies x bytes_per_call > 3 x l2_bytes (+1 for margin)."""
     if bytes_per_call <= 0:
         raise ValueError(f"bytes_per_call: must be positive, got {bytes_per_call}")

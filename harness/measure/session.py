@@ -113,7 +113,8 @@ class BenchSession:
                   f"({time.perf_counter() - t0:.1f} s wall for this matrix; by stage: "
                   + ", ".join(f"{k} {v:.1f} s" for k, v in ctx.wall.items()) + ")")
         if self.table:
-            print_table(rows, self.modes, self.paths, title=f"{matrix} on {self.arch} ({self.commit})")
+            print_table(rows, self.modes, self.paths,
+                        title=f"{matrix} on {self.arch} ({self.commit})")
         return csv_path
 
     # ------------------------------------------------------------------ A/A
@@ -122,12 +123,14 @@ class BenchSession:
         for matrix in matrices:
             first = {r.key: r for r in self.rows.get((matrix, ""), []) if r.status == "ok"}
             for k in range(2, repeat + 1):
-                other = {r.key: r for r in self.rows.get((matrix, f".rep{k}"), []) if r.status == "ok"}
+                other = {r.key: r for r in self.rows.get((matrix, f".rep{k}"), [])
+                         if r.status == "ok"}
                 big, small = [], []
                 for key in first.keys() & other.keys():
                     a, b = first[key].time_us_median, other[key].time_us_median
                     (big if a >= SMALL_CASE_US else small).append(abs(b - a) / a)
-                for label, vals in ((f">= {SMALL_CASE_US:.0f} us", big), (f"< {SMALL_CASE_US:.0f} us", small)):
+                for label, vals in ((f">= {SMALL_CASE_US:.0f} us", big),
+                                    (f"< {SMALL_CASE_US:.0f} us", small)):
                     self.echo(f"A/A {matrix} run 1 vs {k}, rows {label}: " + aa_summary(vals))
 
     def measured(self) -> dict:

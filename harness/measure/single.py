@@ -26,7 +26,7 @@ from .accuracy import AccuracyStats, accuracy_stats
 from .ceilings import l2_cache_bytes
 from .roofline import bytes_moved
 from .rotation import Operands, RotationPlan, build_operands, plan_copies, prepared_nbytes
-from .runner import DEFAULT_ULP_BUDGET, CheckFailed, ulp_dtype
+from .runner import ULP_BUDGET, CheckFailed, ulp_dtype
 from .timing import batch_calls, make_timer
 
 
@@ -84,14 +84,15 @@ def setup_timing(case: GemmCase, path: GemmPath, device: torch.device, mode: str
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     ref = reference_fp64(data.A.to(device), data.weight)
-    acc = accuracy_stats(out, ref, DEFAULT_ULP_BUDGET, ulp_dtype(prepared.output_dtype))
+    acc = accuracy_stats(out, ref, ULP_BUDGET, ulp_dtype(prepared.output_dtype))
     if acc.nonfinite:
         raise CheckFailed(f"{acc.nonfinite} of {acc.n} output elements are non-finite after one "
                           "run on a NaN-poisoned output")
     per_call = bytes_moved(path, case).total
     if device.type == "cuda":
         mem = prepared_nbytes(prepared) + case.M * (case.K + case.N) * 2
-        plan = plan_copies(per_call, l2_cache_bytes(device), max_copies=max_copies, mem_per_copy=mem)
+        plan = plan_copies(per_call, l2_cache_bytes(device), max_copies=max_copies,
+                           mem_per_copy=mem)
     else:
         plan = plan_copies(per_call, 0)
     ops = build_operands(prepared, A, plan.copies)

@@ -148,7 +148,8 @@ class EventBatchTimer:
         if not self.behind:
             return ""
         return (f"host behind the device in {self.behind} of {self.batches} eager batches "
-                "(a host stall longer than the spin's headroom: those batches may hold device idle time)")
+                "(a host stall longer than the spin's headroom: "
+                "those batches may hold device idle time)")
 
 
 class GraphBatchTimer:

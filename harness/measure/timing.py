@@ -40,7 +40,14 @@ from dataclasses import dataclass
 import numpy as np
 
 # The batch timers (and the mode names, the error type) live in ``timers``; re-exported.
-from .timers import MODES, CpuBatchTimer, EventBatchTimer, GraphBatchTimer, TimingError, make_timer  # noqa: F401
+from .timers import (  # noqa: F401
+    MODES,
+    CpuBatchTimer,
+    EventBatchTimer,
+    GraphBatchTimer,
+    TimingError,
+    make_timer,
+)
 
 KEEP_SAMPLES = 200
 BOOTSTRAP_RESAMPLES = 2000
@@ -250,7 +257,8 @@ def time_batches(timer: Callable[[], float], rule: StopRule,
         clocks.append(read_clock())
     start, end = (clocks[0], clocks[-1]) if clocks else ((math.nan, ""), (math.nan, ""))
     timer_note = getattr(timer, "note", None)
-    notes = "; ".join(dict.fromkeys(n for n in (start[1], end[1], timer_note() if timer_note else "") if n))
+    parts = (start[1], end[1], timer_note() if timer_note else "")
+    notes = "; ".join(dict.fromkeys(n for n in parts if n))
     return TimingResult(
         mode=mode, stats=summarize(samples), samples_kept=tuple(keep_evenly(samples)),
         stop_reason=reason, calls_per_batch=calls_per_batch, warmup_batches=warm,

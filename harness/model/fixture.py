@@ -123,7 +123,8 @@ def expected_tensors(cfg: LoopedConfig, variant: str) -> dict[str, tuple[torch.d
             K, N = cfg.linear_shape(proj)
             gs = group_size_for(variant, K)
             if K % gs or N % 2:
-                raise FixtureError(f"variant {variant}: {block}.{proj} K={K} N={N} does not fit group {gs}")
+                raise FixtureError(
+                    f"variant {variant}: {block}.{proj} K={K} N={N} does not fit group {gs}")
             exp[f"{block}.{proj}.q4"] = (torch.uint8, (K, N // 2))
             exp[f"{block}.{proj}.scale"] = (torch.float16, (K // gs, N))
             exp[f"{block}.{proj}.zero"] = (torch.float16, (K // gs, N))
@@ -163,7 +164,8 @@ def load_meta(directory: Path | str | None = None) -> dict:
     directory = Path(directory) if directory is not None else FIXTURE_DIR
     path = directory / META_FILE
     if not path.is_file():
-        raise FixtureError(f"{path}: fixture metadata not found (train one: python -m harness.model.train)")
+        raise FixtureError(f"{path}: fixture metadata not found "
+                           "(train one: python -m harness.model.train)")
     try:
         meta = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -212,7 +214,8 @@ def load_fixture(variant: str = "g128", directory: Path | str | None = None,
     if check_sha and entry.get("sha256") and sha256_file(path) != entry["sha256"]:
         raise FixtureError(f"{path.name}: sha256 does not match {META_FILE} (mixed fixture files?)")
     if file_meta.get("variant") != variant or file_meta.get("format") != FORMAT:
-        raise FixtureError(f"{path.name}: header metadata says variant {file_meta.get('variant')!r}, "
+        raise FixtureError(f"{path.name}: header metadata says "
+                           f"variant {file_meta.get('variant')!r}, "
                            f"format {file_meta.get('format')!r}; expected {variant!r}, {FORMAT!r}")
     exp = expected_tensors(cfg, variant)
     exp_all = set(exp) | {"heldout_tokens"}
@@ -223,8 +226,9 @@ def load_fixture(variant: str = "g128", directory: Path | str | None = None,
     for name, (dtype, shape) in exp.items():
         t = tensors[name]
         if t.dtype != dtype or tuple(t.shape) != shape:
-            raise FixtureError(f"{path.name}: tensor {name!r} is {str(t.dtype).removeprefix('torch.')} "
-                               f"{tuple(t.shape)}, expected {str(dtype).removeprefix('torch.')} {shape}")
+            raise FixtureError(f"{path.name}: tensor {name!r} is "
+                               f"{str(t.dtype).removeprefix('torch.')} {tuple(t.shape)}, "
+                               f"expected {str(dtype).removeprefix('torch.')} {shape}")
         if t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise FixtureError(f"{path.name}: tensor {name!r} has non-finite values")
     held = tensors["heldout_tokens"]
@@ -232,7 +236,8 @@ def load_fixture(variant: str = "g128", directory: Path | str | None = None,
         raise FixtureError(f"{path.name}: tensor 'heldout_tokens' must be int32 [L >= 2], "
                            f"got {held.dtype} {tuple(held.shape)}")
     if int(held.min()) < 0 or int(held.max()) >= cfg.vocab:
-        raise FixtureError(f"{path.name}: tensor 'heldout_tokens' has ids outside 0..{cfg.vocab - 1}")
+        raise FixtureError(
+            f"{path.name}: tensor 'heldout_tokens' has ids outside 0..{cfg.vocab - 1}")
     weights = {}
     for block in cfg.block_names():
         for proj in LINEAR_NAMES:
@@ -243,6 +248,7 @@ def load_fixture(variant: str = "g128", directory: Path | str | None = None,
                 raise FixtureError(f"{path.name}: tensor '{name}.scale' has negative values")
             weights[name] = QuantizedWeight(unpack_nibbles(tensors[f"{name}.q4"]), scale,
                                             tensors[f"{name}.zero"], group_size_for(variant, K))
-    floats = {k: v for k, v in tensors.items() if k in exp and not k.endswith((".q4", ".scale", ".zero"))}
+    floats = {k: v for k, v in tensors.items()
+              if k in exp and not k.endswith((".q4", ".scale", ".zero"))}
     return Fixture(variant, cfg, weights, floats, held.long(), meta, path)
 

@@ -1,4 +1,5 @@
-"""``harness ppl --hf-model DIR --text FILE``: a local Hugging Face causal LM through the INT4 paths.
+"""``harness ppl --hf-model DIR --text FILE``: a local Hugging Face causal LM through the
+INT4 paths.
 
 Offline only: ``HF_HUB_OFFLINE=1`` and ``TRANSFORMERS_OFFLINE=1`` are set before
 ``transformers`` is imported and every load passes ``local_files_only=True``; nothing is
@@ -46,7 +47,8 @@ def _transformers():
     try:
         import transformers.pytorch_utils  # optional: transformers (only --hf-model needs it)
     except ImportError as exc:
-        raise HfModelError(f"transformers is not installed ({exc}); pip install transformers") from None
+        raise HfModelError(
+            f"transformers is not installed ({exc}); pip install transformers") from None
     return transformers
 
 
@@ -87,7 +89,8 @@ def quantize_linears(model: nn.Module, runtime: QuantRuntime, group_size: int = 
             K = W.shape[0]
             gs = group_size if K % group_size == 0 else K
             name = f"{parent_name}.{child_name}" if parent_name else child_name
-            setattr(parent, child_name, QuantLinear(name, quantize_asymmetric(W, gs), runtime, bias))
+            setattr(parent, child_name,
+                    QuantLinear(name, quantize_asymmetric(W, gs), runtime, bias))
             swapped.append(name)
     if not swapped:
         raise HfModelError("the model has no nn.Linear / Conv1D projection to quantize")
@@ -106,7 +109,8 @@ def tokenize(model_dir: Path, text: str, vocab_size: int) -> tuple[torch.Tensor,
     """Token ids of ``text`` and a description of the tokenizer used."""
     if any((model_dir / f).is_file() for f in TOKENIZER_FILES):
         try:
-            tok = _transformers().AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+            tok = _transformers().AutoTokenizer.from_pretrained(str(model_dir),
+                                                                local_files_only=True)
         except (OSError, ValueError) as exc:
             raise HfModelError(f"{model_dir}: tokenizer files present but not loadable "
                                f"({' '.join(str(exc).split())[:200]})") from None
@@ -114,13 +118,14 @@ def tokenize(model_dir: Path, text: str, vocab_size: int) -> tuple[torch.Tensor,
         desc = f"{type(tok).__name__} from {model_dir.name}"
     else:
         if vocab_size < 256:
-            raise HfModelError(f"{model_dir}: no tokenizer, and the vocabulary ({vocab_size}) is too "
-                               "small for the byte-level fallback (needs >= 256)")
+            raise HfModelError(f"{model_dir}: no tokenizer, and the vocabulary ({vocab_size}) "
+                               "is too small for the byte-level fallback (needs >= 256)")
         ids = list(text.encode("utf-8"))
         desc = f"byte-level fallback (no tokenizer in {model_dir.name}): token id = UTF-8 byte"
     t = torch.tensor(ids, dtype=torch.long)
     if t.numel() and int(t.max()) >= vocab_size:
-        raise HfModelError(f"tokenizer produced id {int(t.max())} >= the model's vocab_size {vocab_size}")
+        raise HfModelError(
+            f"tokenizer produced id {int(t.max())} >= the model's vocab_size {vocab_size}")
     return t, desc
 
 
@@ -134,7 +139,8 @@ class HfSubject:
             raise HfModelError(f"--hf-model needs transformers: {reason}")
         self.dir = Path(model_dir)
         if not (self.dir / "config.json").is_file():
-            raise HfModelError(f"--hf-model {self.dir}: not a local model directory (no config.json)")
+            raise HfModelError(
+                f"--hf-model {self.dir}: not a local model directory (no config.json)")
         path = Path(text_file)
         try:
             text = path.read_text(encoding="utf-8")
@@ -143,9 +149,11 @@ class HfSubject:
         if max_tokens < 2:
             raise HfModelError(f"--max-tokens must be >= 2, got {max_tokens}")
         try:
-            self.config = _transformers().AutoConfig.from_pretrained(str(self.dir), local_files_only=True)
+            self.config = _transformers().AutoConfig.from_pretrained(str(self.dir),
+                                                                     local_files_only=True)
         except (OSError, ValueError) as exc:
-            raise HfModelError(f"--hf-model {self.dir}: config not loadable ({' '.join(str(exc).split())[:200]})") from None
+            why = " ".join(str(exc).split())[:200]
+            raise HfModelError(f"--hf-model {self.dir}: config not loadable ({why})") from None
         vocab = int(getattr(self.config, "vocab_size", 0) or 0)
         tokens, self.tokenizer = tokenize(self.dir, text, vocab)
         self.tokens = tokens[:max_tokens]
@@ -156,8 +164,10 @@ class HfSubject:
         self.swapped: list[str] = []
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", self.dir.resolve().name).strip("-") or "model"
         self.case_id = f"ppl-hf-{slug}"
-        hidden = int(getattr(self.config, "hidden_size", 0) or getattr(self.config, "n_embd", 0) or 0)
-        self.shape = dict(M=self.tokens.numel() - 1, N=vocab, K=hidden, group_size=group_size, seed=0)
+        hidden = int(getattr(self.config, "hidden_size", 0)
+                     or getattr(self.config, "n_embd", 0) or 0)
+        self.shape = dict(M=self.tokens.numel() - 1, N=vocab, K=hidden, group_size=group_size,
+                          seed=0)
         self.tags = f"hf;{slug}"
 
     def load(self) -> nn.Module:
@@ -165,9 +175,11 @@ class HfSubject:
         transformers = _transformers()
         transformers.utils.logging.disable_progress_bar()
         try:
-            model = transformers.AutoModelForCausalLM.from_pretrained(str(self.dir), local_files_only=True)
+            model = transformers.AutoModelForCausalLM.from_pretrained(str(self.dir),
+                                                                      local_files_only=True)
         except (OSError, ValueError) as exc:
-            raise HfModelError(f"--hf-model {self.dir}: not loadable ({' '.join(str(exc).split())[:200]})") from None
+            why = " ".join(str(exc).split())[:200]
+            raise HfModelError(f"--hf-model {self.dir}: not loadable ({why})") from None
         return model.float().eval()
 
     def build(self, runtime: QuantRuntime) -> nn.Module:

@@ -133,7 +133,8 @@ def score_subject(subject, modes: Sequence[str], device: torch.device | str, *,
             report = runtime.report()
             tres = _timing(subject.forward(model), device, settings) if timing else None
             res = PplResult(status="ok", ppl=math.exp(nll), nll=nll, n_tokens=n, role=role,
-                            implementation=runtime.implementation(), report=report, timing=tres, **base)
+                            implementation=runtime.implementation(), report=report, timing=tres,
+                            **base)
         except (KernelReturnCode, RuntimeError, ValueError) as exc:
             msg = " ".join(str(exc).split())[:300]
             res = PplResult(status="error", error=f"{type(exc).__name__}: {msg}", role=role,
@@ -181,21 +182,25 @@ def to_rows(subject, results: Sequence[PplResult], *, device: torch.device, comm
             dn, dr = d[r.mode]
             f.update(ppl=r.ppl, ppl_drift_vs_native=dn, ppl_drift_vs_reference=dr)
             if r.report is not None:
-                f.update(dispatch_path=r.report.calls_text(), fallback_reason=r.report.fallbacks_text(),
-                         extra_bytes=r.report.extra_bytes, prepare_seconds=r.report.prepare_seconds)
+                f.update(dispatch_path=r.report.calls_text(),
+                         fallback_reason=r.report.fallbacks_text(),
+                         extra_bytes=r.report.extra_bytes,
+                         prepare_seconds=r.report.prepare_seconds)
             if r.timing is not None:
                 s = r.timing.stats
                 f.update(time_us_median=s.median, time_us_iqr=s.iqr, time_us_ci_lo=s.ci_lo,
                          time_us_ci_hi=s.ci_hi, n_samples=s.n,
                          samples_us=";".join(f"{x:.3f}" for x in r.timing.samples_kept),
-                         clock_start_mhz=r.timing.clock_start_mhz, clock_end_mhz=r.timing.clock_end_mhz,
+                         clock_start_mhz=r.timing.clock_start_mhz,
+                         clock_end_mhz=r.timing.clock_end_mhz,
                          clock_dropped=r.timing.clock_dropped)
         rows.append(ResultRow(**f))
     return rows
 
 
 def swiglu_summary(results: Sequence[PplResult]) -> str | None:
-    """One line comparing the fused native SwiGLU (dispatch) with the Marlin pair (dispatch_pair)."""
+    """One line comparing the fused native SwiGLU (dispatch) with the Marlin pair
+    (dispatch_pair)."""
     by = {r.mode: r for r in results if r.status == "ok"}
     a, b = by.get("dispatch"), by.get("dispatch_pair")
     if a is None or b is None:
@@ -234,7 +239,8 @@ def write_cpu_baseline(directory: Path | str | None = None) -> Path:
         "note": ("expected CPU perplexities of this fixture (reference, native_int4 stand-in, "
                  "marlin_asym emulation, dispatch modes modelling SM 8.9); written by "
                  "harness.model.ppl.write_cpu_baseline, read by tests/unit/test_model_cpu.py"),
-        "command": "python -c 'from harness.model.ppl import write_cpu_baseline; write_cpu_baseline()'",
+        "command": ("python -c 'from harness.model.ppl import write_cpu_baseline; "
+                    "write_cpu_baseline()'"),
         "fixture_sha256": shas,
         "torch": torch.__version__,
         "machine": platform.machine(),

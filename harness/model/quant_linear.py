@@ -93,7 +93,8 @@ class DispatchReport:
         return {"mode": self.mode, "implementation": self.implementation, "weights": self.weights,
                 "packed": self.packed, "calls": dict(self.calls), "fallbacks": dict(self.fallbacks),
                 "extra_bytes": self.extra_bytes, "pack_bytes": self.pack_bytes,
-                "prepare_seconds": round(self.prepare_seconds, 4), "pack_errors": list(self.pack_errors)}
+                "prepare_seconds": round(self.prepare_seconds, 4),
+                "pack_errors": list(self.pack_errors)}
 
 
 class QuantLinear(nn.Module):
@@ -106,18 +107,21 @@ class QuantLinear(nn.Module):
         self.K, self.N = weight.K, weight.N
         if bias is not None and tuple(bias.shape) != (self.N,):
             raise ValueError(f"{name}: bias must have shape ({self.N},), got {tuple(bias.shape)}")
-        self.register_buffer("bias", None if bias is None else bias.detach().float().to(runtime.device))
+        self.register_buffer(
+            "bias", None if bias is None else bias.detach().float().to(runtime.device))
         self.state: dict = {}
         runtime.prepare(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.K:
-            raise ValueError(f"{self.name}: input has {x.shape[-1]} features, the weight has K={self.K}")
+            raise ValueError(
+                f"{self.name}: input has {x.shape[-1]} features, the weight has K={self.K}")
         y = self.runtime.gemm(self, x.reshape(-1, self.K)).reshape(*x.shape[:-1], self.N)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self) -> str:
-        return f"{self.name}: K={self.K}, N={self.N}, group_size={self.qweight.group_size}, mode={self.runtime.mode}"
+        return (f"{self.name}: K={self.K}, N={self.N}, group_size={self.qweight.group_size}, "
+                f"mode={self.runtime.mode}")
 
 
 class QuantRuntime:
@@ -150,12 +154,13 @@ class QuantRuntime:
             self.marlin = self.registry.get(dsp.PATH_MARLIN)
             emulated = self.device.type != "cuda"
             self.capability = capability or (CPU_MODEL_CAPABILITY if emulated else None)
-            self.settings = dsp.DispatchSettings(marlin_enabled=mode != "dispatch_off", allow_sm90=allow_sm90)
+            self.settings = dsp.DispatchSettings(marlin_enabled=mode != "dispatch_off",
+                                                 allow_sm90=allow_sm90)
             self.marlin_reason = self.marlin.unavailable_reason(self.device)
             native_reason = self.native.unavailable_reason(self.device)
             if native_reason:
-                raise PathUnavailable(f"{mode}: the dispatcher's fallback native_int4 is unavailable: "
-                                      f"{native_reason}")
+                raise PathUnavailable(f"{mode}: the dispatcher's fallback native_int4 is "
+                                      f"unavailable: {native_reason}")
 
     # ------------------------------------------------------------------ load time
     def prepare(self, lin: QuantLinear) -> None:
@@ -163,14 +168,16 @@ class QuantRuntime:
         t0 = time.perf_counter()
         try:
             if self.mode == REFERENCE:
-                lin.state["W"] = lin.qweight.dequantize(torch.float64).to(torch.float32).to(self.device)
+                W = lin.qweight.dequantize(torch.float64).to(torch.float32)
+                lin.state["W"] = W.to(self.device)
             elif self.path is not None:
                 lin.state["prepared"] = self.path.prepare(lin.qweight, self.device)
             else:
                 self._prepare_dispatch(lin)
         except (ValueError, KernelReturnCode) as exc:
             raise PathUnavailable(f"{self.mode}: cannot prepare {lin.name} "
-                                  f"(K={lin.K}, N={lin.N}, group_size={lin.qweight.group_size}): {exc}") from None
+                                  f"(K={lin.K}, N={lin.N}, group_size={lin.qweight.group_size}): "
+                                  f"{exc}") from None
         self._sync()
         self.prepare_seconds += time.perf_counter() - t0
         self.linears.append(lin)
@@ -264,15 +271,18 @@ class QuantRuntime:
             return "fp32 torch matmul on the exactly dequantized weight (fp32 activations)"
         if self.path is not None:
             return self.path.implementation(self.device)
-        swiglu = ("SwiGLU fused native (modelled: one native_int4 GEMM over [gate|up], then SiLU*mul)"
-                  if self.fused_swiglu else "SwiGLU Marlin pair dispatch (two quant_gemm calls, then SiLU*mul)")
+        swiglu = ("SwiGLU fused native (modelled: one native_int4 GEMM over [gate|up], "
+                  "then SiLU*mul)"
+                  if self.fused_swiglu else
+                  "SwiGLU Marlin pair dispatch (two quant_gemm calls, then SiLU*mul)")
         onoff = "on" if self.settings.enabled() else "off"
         if self.device.type == "cuda":
             where = "on this GPU"
         else:
             where = (f"modelling an SM {self.capability[0]}.{self.capability[1]} GPU on the CPU "
                      f"(native = {self.native.implementation(self.device)}; Marlin = "
-                     f"{self.marlin.implementation(self.device)}; rc predicted by expected_marlin_rc)")
+                     f"{self.marlin.implementation(self.device)}; "
+                     "rc predicted by expected_marlin_rc)")
         return f"TinyLoop quant_gemm model, Marlin dispatch {onoff}, {swiglu}, {where}"
 
     def report(self) -> DispatchReport:
@@ -294,7 +304,8 @@ class QuantRuntime:
                               tuple(sorted(calls.items(), key=lambda kv: (-kv[1], kv[0]))),
                               tuple(sorted(falls.items(), key=lambda kv: (-kv[1], kv[0]))),
                               extra, pack, self.prepare_seconds,
-                              tuple(lin.state["pack_error"] for lin in self.linears if "pack_error" in lin.state))
+                              tuple(lin.state["pack_error"] for lin in self.linears
+                                    if "pack_error" in lin.state))
 
 
 class QuantFactory:

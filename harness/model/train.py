@@ -50,7 +50,8 @@ _HERE = Path(__file__).resolve()
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m harness.model.train", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m harness.model.train",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=None, help=f"output folder (default {FIXTURE_DIR})")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--steps", type=int, default=6000)
@@ -60,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--train-tokens", type=int, default=32 << 20, help="size of the training corpus")
-    p.add_argument("--eval-windows", type=int, default=32, help="held-out windows for the eval loss")
+    p.add_argument("--eval-windows", type=int, default=32,
+                   help="held-out windows for the eval loss")
     p.add_argument("--seed", type=int, default=0, help="seeds the corpus, the init and the batches")
     p.add_argument("--d-model", type=int, default=256)
     p.add_argument("--ffn", type=int, default=1024)
@@ -120,7 +122,8 @@ def train(args: argparse.Namespace, log=print) -> dict:
         f"in {time.perf_counter() - t0:.1f} s (vocab {cfg.vocab})")
     data = torch.from_numpy(train_tok).long().to(device)
     score_seq = torch.from_numpy(held.tokens[: cfg.ctx + 1]).long()
-    eval_windows = torch.from_numpy(held.tokens[cfg.ctx + 1:]).long().view(args.eval_windows, cfg.ctx + 1)
+    eval_windows = torch.from_numpy(held.tokens[cfg.ctx + 1:]).long()
+    eval_windows = eval_windows.view(args.eval_windows, cfg.ctx + 1)
 
     torch.manual_seed(args.seed)
     model = LoopedTransformer(cfg, FloatFactory(cfg)).to(device)
@@ -136,7 +139,8 @@ def train(args: argparse.Namespace, log=print) -> dict:
     for step in range(args.steps):
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, args)
-        starts = torch.randint(0, data.numel() - args.seq - 1, (args.batch,), generator=gen).to(device)
+        starts = torch.randint(0, data.numel() - args.seq - 1, (args.batch,), generator=gen)
+        starts = starts.to(device)
         batch = _windows(data, starts, args.seq + 1)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
             logits = model(batch[:, :-1])
@@ -155,7 +159,8 @@ def train(args: argparse.Namespace, log=print) -> dict:
             curve.append([steps_done, round(mean, 5)])
             tok_s = steps_done * args.batch * args.seq / el
             log(f"step {steps_done:6d}/{args.steps}  loss {mean:.4f}  lr {_lr_at(step, args):.2e}  "
-                f"{tok_s / 1e3:.1f} Ktok/s  {el:.0f} s (projected {el * args.steps / steps_done:.0f} s)")
+                f"{tok_s / 1e3:.1f} Ktok/s  {el:.0f} s "
+                f"(projected {el * args.steps / steps_done:.0f} s)")
             if el > 60 * args.max_minutes and steps_done < args.steps:
                 stopped_early = True
                 log(f"stopping early: {el:.0f} s > --max-minutes {args.max_minutes}")
@@ -170,7 +175,8 @@ def train(args: argparse.Namespace, log=print) -> dict:
         f"{args.eval_windows} windows; held-out sequence PPL {math.exp(float_nll):.3f}; "
         f"generator PPL {held.generator_ppl(1, cfg.ctx + 1):.3f}; uniform PPL {cfg.vocab}")
 
-    floats = {"embed": model.embed.weight, "head": model.head, "final_norm": model.final_norm.weight}
+    floats = {"embed": model.embed.weight, "head": model.head,
+              "final_norm": model.final_norm.weight}
     for bname, block in model.blocks():
         floats[f"{bname}.attn_norm"] = block.attn_norm.weight
         floats[f"{bname}.mlp_norm"] = block.mlp_norm.weight
@@ -180,7 +186,8 @@ def train(args: argparse.Namespace, log=print) -> dict:
         for bname, block in model.blocks():
             for proj in LINEAR_NAMES:
                 W = getattr(block, proj).weight.detach().float().cpu()
-                weights[f"{bname}.{proj}"] = quantize_asymmetric(W, group_size_for(variant, W.shape[0]))
+                weights[f"{bname}.{proj}"] = quantize_asymmetric(
+                    W, group_size_for(variant, W.shape[0]))
         fname = f"fixture-{variant}.safetensors"
         sha = write_variant(out / fname, variant, cfg, floats, weights, score_seq)
         variants[variant] = {"file": fname, "sha256": sha,
@@ -191,16 +198,20 @@ def train(args: argparse.Namespace, log=print) -> dict:
         "note": ("trained on a CPU to test the pipeline; replace with the GPU-trained fixture"
                  if device.type != "cuda" else "trained by python -m harness.model.train"),
         "trained_on": device.type,
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or platform.machine(),
+        "device_name": (torch.cuda.get_device_name(device) if device.type == "cuda"
+                        else platform.processor() or platform.machine()),
         "torch": torch.__version__,
         "command": "python -m harness.model.train " + " ".join(sys.argv[1:]),
         "config": cfg.to_dict(),
-        "corpus": {"version": corpus.CORPUS_VERSION, "seed": args.seed, "train_tokens": args.train_tokens,
+        "corpus": {"version": corpus.CORPUS_VERSION, "seed": args.seed,
+                   "train_tokens": args.train_tokens,
                    "heldout_sequence_tokens": cfg.ctx + 1},
         "training": {"steps": args.steps, "steps_done": steps_done, "stopped_early": stopped_early,
                      "batch": args.batch, "seq": args.seq, "lr": args.lr, "warmup": args.warmup,
-                     "weight_decay": args.weight_decay, "optimizer": "AdamW(0.9, 0.95), cosine to 10%",
-                     "precision": "bf16 autocast" if use_bf16 else "fp32", "seconds": round(train_seconds, 1),
+                     "weight_decay": args.weight_decay,
+                     "optimizer": "AdamW(0.9, 0.95), cosine to 10%",
+                     "precision": "bf16 autocast" if use_bf16 else "fp32",
+                     "seconds": round(train_seconds, 1),
                      "tokens_seen": steps_done * args.batch * args.seq,
                      "final_train_loss": final_loss, "loss_curve": curve},
         "float_eval_loss": round(eval_loss, 6),

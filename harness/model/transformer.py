@@ -145,7 +145,8 @@ class RMSNorm(nn.Module):
 
 def rope_tables(T: int, head_dim: int, theta: float, device) -> tuple[torch.Tensor, torch.Tensor]:
     """cos, sin [T, head_dim // 2] in fp32."""
-    inv = 1.0 / theta ** (torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    even = torch.arange(0, head_dim, 2, device=device, dtype=torch.float32)
+    inv = 1.0 / theta ** (even / head_dim)
     ang = torch.arange(T, device=device, dtype=torch.float32)[:, None] * inv[None, :]
     return ang.cos(), ang.sin()
 

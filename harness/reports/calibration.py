@@ -103,7 +103,8 @@ def spreads(
         if len(vals) < 2:
             continue
         x = np.array([v for v, _ in vals])
-        own[key] = (float(np.median(x)), len(x), len({m for _, m in vals}), float(np.var(x, ddof=1)))
+        own[key] = (float(np.median(x)), len(x), len({m for _, m in vals}),
+                    float(np.var(x, ddof=1)))
     # pooled variance per class (per degrees of freedom, so runs of unequal count pool too)
     by_class: dict[tuple, list[float]] = defaultdict(list)
     for key, (center, n, _, var) in own.items():
@@ -228,7 +229,8 @@ def leave_one_machine_out(
             plants: dict[str, tuple[int, int, int]] = {}
             for path in sorted({r.path for r in cur if r.role == "path" and r.status == "ok"}):
                 slowed = [with_samples(r, [s * (1 + planted) for s in r.samples()])
-                          if r.path == path and r.status == "ok" and r.samples() else r for r in cur]
+                          if r.path == path and r.status == "ok" and r.samples() else r
+                          for r in cur]
                 pres = evaluate(slowed, base, settings, margins=margins, partial=True)
                 hit = [v for v in pres.verdicts if v.path == path and v.baseline is not None
                        and v.baseline.status == "ok" and v.current is not None
@@ -237,8 +239,10 @@ def leave_one_machine_out(
                 others = sum(v.fails for v in pres.verdicts if v.path != path)
                 plants[path] = (caught, len(hit), others)
             out.append(HoldOut(
-                machine=x, run=i, train_runs=len(train), train_machines=len({machines[j] for j in train}),
-                gated=len(speed), false_slower=sum(v.verdict == Verdict.SLOWER and v.fails for v in speed),
+                machine=x, run=i, train_runs=len(train),
+                train_machines=len({machines[j] for j in train}),
+                gated=len(speed),
+                false_slower=sum(v.verdict == Verdict.SLOWER and v.fails for v in speed),
                 faster=sum(v.verdict == Verdict.FASTER for v in speed),
                 worst_ratio=max(ratios) if ratios else math.nan, planted=plants))
     return out

@@ -90,7 +90,8 @@ def crossover(rows: Sequence[ResultRow], rel_err_gate: float) -> list[CrossoverR
             fastest_us=best.time_us_median if best else math.nan,
             runner_up=second.path if second else "",
             runner_up_us=second.time_us_median if second else math.nan,
-            lead=(second.time_us_median / best.time_us_median - 1.0) if best and second else math.nan,
+            lead=((second.time_us_median / best.time_us_median - 1.0)
+                  if best and second else math.nan),
             fp16_cache_us=cache.time_us_median if cache else math.nan,
             fp16_cache_wins=(best is cache) if cache is not None else None,
             dispatcher=dispatcher,

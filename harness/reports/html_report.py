@@ -36,7 +36,8 @@ h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 18px; margin-top: 32
 .meta { color: #555; font-size: 13px; margin: 2px 0; }
 .envwarn { color: #8a5300; }
 .banner { padding: 10px 14px; border-radius: 6px; font-weight: 600; margin: 12px 0; }
-.banner.pass { background: #c6efce; color: #0b5d1e; } .banner.fail { background: #f8c4c4; color: #8a1010; }
+.banner.pass { background: #c6efce; color: #0b5d1e; }
+.banner.fail { background: #f8c4c4; color: #8a1010; }
 .badges span { display: inline-block; padding: 3px 9px; margin: 2px 4px 2px 0; border-radius: 10px;
                font-size: 12px; font-weight: 600; }
 table { border-collapse: collapse; font-size: 12px; margin: 8px 0 16px 0; }
@@ -92,13 +93,15 @@ def _delta_style(row) -> list[str]:
     verdict = Verdict(row["verdict"])
     styles = [""] * len(row)
     cols = list(row.index)
-    styles[cols.index("verdict")] = f"background-color: {VERDICT_COLOURS[verdict]}; font-weight: 600"
+    styles[cols.index("verdict")] = (f"background-color: {VERDICT_COLOURS[verdict]}; "
+                                     "font-weight: 600")
     d = row["Δ time %"]
     if isinstance(d, float) and math.isfinite(d):
         strength = min(abs(d) / 20.0, 1.0)
         if verdict == Verdict.SLOWER or (verdict in (Verdict.AMBIGUOUS,) and d > 0):
             alpha = 0.25 + 0.6 * strength if verdict == Verdict.SLOWER else 0.3
-            colour = f"rgba(220, 40, 40, {alpha:.2f})" if verdict == Verdict.SLOWER else "rgba(240, 190, 40, 0.5)"
+            colour = (f"rgba(220, 40, 40, {alpha:.2f})" if verdict == Verdict.SLOWER
+                      else "rgba(240, 190, 40, 0.5)")
         elif verdict == Verdict.FASTER:
             colour = f"rgba(40, 170, 70, {0.25 + 0.6 * strength:.2f})"
         else:
@@ -142,15 +145,17 @@ def _crossover_html(rows: Sequence[ResultRow], gate: float) -> str:
             styles[cols.index("fastest correct path")] = "background-color: #f8c4c4"
         return styles
 
-    fmt = {c: (lambda x: _fmt(x, ".2f")) for c in ("time µs", "runner-up µs", "FP16 cache µs", "peer µs")}
+    fmt = {c: (lambda x: _fmt(x, ".2f"))
+           for c in ("time µs", "runner-up µs", "FP16 cache µs", "peer µs")}
     fmt["lead %"] = lambda x: _fmt(x, ".1f")
     styler = frame.style.set_uuid("crossover").hide(axis="index").format(fmt, escape="html")
     styler = styler.apply(colour, axis=1)
     wins = sum(1 for r in table if r.fp16_cache_wins)
     known = sum(1 for r in table if r.fp16_cache_wins is not None)
     disagree = sum(1 for r in table if r.agrees is False)
-    lead = (f"<p>The FP16 cache is the fastest correct path at {wins} of {known} (shape, M, mode) points "
-            f"where it ran correctly; the dispatcher model disagrees with the data at {disagree} of "
+    lead = (f"<p>The FP16 cache is the fastest correct path at {wins} of {known} "
+            "(shape, M, mode) points where it ran correctly; the dispatcher model disagrees "
+            f"with the data at {disagree} of "
             f"{len(table)} points. Candidates: TinyLoop paths with status ok and rel_err within "
             f"{gate:g}.</p>")
     return (f'{lead}<h3>Rule the data supports</h3><ul class="rule">{items}</ul>'
@@ -185,11 +190,13 @@ def render_html(
     else:
         meta.append("No baseline: every row is NEW; only absolute accuracy checks can fail.")
     meta.append(f"Preset <b>{esc(s.preset)}</b> ({esc(s.source)}): Mann-Whitney α={s.alpha:g}, "
-                f"min effect {s.min_effect:.1%}, noise floor {s.noise_margin_floor:.1%}, rel_err gate "
-                f"{s.rel_err_gate:g} (or the path's bound), PPL tolerance {s.ppl_drift_tolerance:.1%}; "
-                f"LESS_ACCURATE against the baseline: rel_err growth beyond {s.rel_err_growth:.0%}, or "
+                f"min effect {s.min_effect:.1%}, noise floor {s.noise_margin_floor:.1%}, "
+                f"rel_err gate {s.rel_err_gate:g} (or the path's bound), "
+                f"PPL tolerance {s.ppl_drift_tolerance:.1%}; LESS_ACCURATE against the "
+                f"baseline: rel_err growth beyond {s.rel_err_growth:.0%}, or "
                 f"rms ULP p99 (ULPs at each output row's RMS) beyond the baseline's + "
-                f"max({s.rms_ulp_slack:g}, {s.rms_ulp_growth:.0%} of it); per-element ULPs are detail")
+                f"max({s.rms_ulp_slack:g}, {s.rms_ulp_growth:.0%} of it); "
+                "per-element ULPs are detail")
     meta += [f'<b class="envwarn">⚠ {esc(n)}</b>' if is_env_note(n) else esc(n)
              for n in (*result.notes, *extra_notes)]
     banner_cls = "pass" if result.passed else "fail"

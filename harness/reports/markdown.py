@@ -11,7 +11,8 @@ from ..results.environment import Environment, is_env_note
 from .verdicts import GateResult, RowVerdict, Verdict
 
 _ICON = {Verdict.SLOWER: "🐢", Verdict.FASTER: "🚀", Verdict.WORSE_ACCURACY: "🎯",
-         Verdict.LESS_ACCURATE: "📉", Verdict.NONDETERMINISTIC: "🎲", Verdict.LOST_DISPATCH: "↪️", Verdict.MISSING: "❓", Verdict.ERROR: "💥",
+         Verdict.LESS_ACCURATE: "📉", Verdict.NONDETERMINISTIC: "🎲", Verdict.LOST_DISPATCH: "↪️",
+         Verdict.MISSING: "❓", Verdict.ERROR: "💥",
          Verdict.AMBIGUOUS: "〰️", Verdict.NEW: "🆕", Verdict.SAME: "="}
 
 
@@ -35,9 +36,11 @@ def text_table(result: GateResult, changes_only: bool = False, max_rows: int = 6
     rows = [v for v in result.verdicts if not (changes_only and v.verdict == Verdict.SAME)]
     head = ("verdict", "case", "path", "mode", "base µs", "cur µs", "Δ time", "detail")
     body = [(str(v.verdict) + (" *" if v.fails else ""), v.case_id, v.path, v.mode,
-             fmt_us(v.base_median_us), fmt_us(v.cur_median_us), fmt_pct(v.time_change), _detail(v, 70))
+             fmt_us(v.base_median_us), fmt_us(v.cur_median_us), fmt_pct(v.time_change),
+             _detail(v, 70))
             for v in rows[:max_rows]]
-    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(head)]
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
+              for i, h in enumerate(head)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
     lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body]
     if len(rows) > max_rows:
@@ -87,16 +90,18 @@ def markdown_summary(
     versus = (f"`{result.current_label}` vs `{result.baseline_label}`" if result.has_baseline
               else f"`{result.current_label}` (no baseline)")
     lines = [f"### {title}: {head}", "", versus + "  ", summary_line(result), ""]
-    envs = [(label, env) for label, env in (("Run", current_env), ("Baseline", baseline_env)) if env]
+    envs = [(label, env) for label, env in (("Run", current_env), ("Baseline", baseline_env))
+            if env]
     if envs:
         lines += [f"{label}: {env.summary()}  " for label, env in envs] + [""]
     env_notes = [n for n in result.notes if is_env_note(n)]
     if env_notes:
         lines += [f"⚠️ {n}  " for n in env_notes] + [""]
     s = result.settings
-    lines.append(f"Preset `{s.preset}`: slower/faster needs Mann-Whitney p < {s.alpha:g} and a median "
-                 f"change beyond max({s.min_effect:.0%}, per-case noise margin); rel_err gate "
-                 f"{s.rel_err_gate:g} (or the path's bound); LESS_ACCURATE when rel_err grows more than "
+    lines.append(f"Preset `{s.preset}`: slower/faster needs Mann-Whitney p < {s.alpha:g} "
+                 f"and a median change beyond max({s.min_effect:.0%}, per-case noise margin); "
+                 f"rel_err gate {s.rel_err_gate:g} (or the path's bound); LESS_ACCURATE when "
+                 f"rel_err grows more than "
                  f"{s.rel_err_growth:.0%} or rms_ulp_p99 (ULPs at each output row's RMS) more than "
                  f"max({s.rms_ulp_slack:g} ULP, {s.rms_ulp_growth:.0%}) over the baseline's.")
     lines.append("")

@@ -105,7 +105,8 @@ def _per_shape_vs_m(rows: Sequence[ResultRow], metric: str, key: str, title: str
         if roofline:
             floor: dict[int, float] = {}
             for r in rows:
-                if (r.kind, r.N, r.K, r.group_size) == shape and _finite(r.roofline_floor_us) and r.roofline_floor_us > 0:
+                if ((r.kind, r.N, r.K, r.group_size) == shape
+                        and _finite(r.roofline_floor_us) and r.roofline_floor_us > 0):
                     floor[r.M] = min(floor.get(r.M, math.inf), r.roofline_floor_us)
             if floor:
                 ms = sorted(floor)
@@ -124,7 +125,8 @@ def _per_shape_vs_m(rows: Sequence[ResultRow], metric: str, key: str, title: str
 
 
 def tflops_plot(rows: Sequence[ResultRow]) -> Plot:
-    return _per_shape_vs_m(rows, "tflops", "tflops", "TFLOPS vs M per path (solid: graph, dashed: cold)",
+    return _per_shape_vs_m(rows, "tflops", "tflops",
+                           "TFLOPS vs M per path (solid: graph, dashed: cold)",
                            "TFLOPS", roofline=True, log_y=True)
 
 
@@ -143,8 +145,8 @@ def ulp_plot(rows: Sequence[ResultRow]) -> Plot:
             seen.setdefault((r.case_id, r.path), r)
     if not seen:
         return Plot(key, title, None, "no ULP measurements in these rows")
-    cases = sorted({r.case_id: (r.kind, r.N, r.K, r.group_size, r.M) for r in seen.values()}.items(),
-                   key=lambda kv: kv[1])
+    shape_of = {r.case_id: (r.kind, r.N, r.K, r.group_size, r.M) for r in seen.values()}
+    cases = sorted(shape_of.items(), key=lambda kv: kv[1])
     index = {c: i for i, (c, _) in enumerate(cases)}
     colours = path_colours(rows)
     fig = _new_figure(figsize=(max(6.0, 0.22 * len(cases) + 2), 4.2))
@@ -169,7 +171,8 @@ def correction_plot(rows: Sequence[ResultRow]) -> Plot:
     key, title = "correction", "Asymmetric-correction overhead over Marlin alone, % (vs M)"
     good = [r for r in _timed(rows) if _finite(r.correction_overhead_pct)]
     if not good:
-        return Plot(key, title, None, "no correction_overhead_pct in these rows (no Marlin rows timed)")
+        return Plot(key, title, None,
+                    "no correction_overhead_pct in these rows (no Marlin rows timed)")
     fig = _new_figure(figsize=(7.5, 4.2))
     ax = fig.subplots()
     lines: dict[tuple, list[ResultRow]] = defaultdict(list)
@@ -178,7 +181,8 @@ def correction_plot(rows: Sequence[ResultRow]) -> Plot:
     for (kind, n, k, gs, path, mode), pts in sorted(lines.items()):
         pts.sort(key=lambda r: r.M)
         ax.plot([r.M for r in pts], [r.correction_overhead_pct for r in pts], marker="o", ms=3,
-                ls=_MODE_STYLE.get(mode, "-"), label=f"{_shape_label(kind, n, k, gs)} {path} ({mode})")
+                ls=_MODE_STYLE.get(mode, "-"),
+                label=f"{_shape_label(kind, n, k, gs)} {path} ({mode})")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("M")
     ax.set_ylabel("overhead %")
@@ -206,7 +210,8 @@ def memory_plot(rows: Sequence[ResultRow]) -> Plot:
     for i, path in enumerate(paths):
         ax.bar(x + i * width, [extra[s].get(path, 0) / 2**20 for s in shapes], width,
                color=colours[path], label=path)
-    ax.set_xticks(x + 0.4 - width / 2, [_shape_label(*s) for s in shapes], rotation=30, ha="right", fontsize=7)
+    ax.set_xticks(x + 0.4 - width / 2, [_shape_label(*s) for s in shapes], rotation=30,
+                  ha="right", fontsize=7)
     ax.set_ylabel("MiB")
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=7)

@@ -31,16 +31,19 @@ class ReportFiles:
 
 
 def write_reports(
-    result: GateResult, out_dir: str | Path, stem: str = "report", *, title: str = "INT4 GEMM report",
+    result: GateResult, out_dir: str | Path, stem: str = "report", *,
+    title: str = "INT4 GEMM report",
     rows: Sequence[ResultRow] | None = None, current_env: Environment | None = None,
     baseline_env: Environment | None = None, labels: Sequence[str] | None = None,
 ) -> ReportFiles:
     out = Path(out_dir)
     frame = side_by_side_frame(result, labels) if labels else report_frame(result)
     csv_path = write_frame_csv(out / f"{stem}.csv", frame)
-    page = render_html(result, title=title, current_env=current_env, baseline_env=baseline_env, rows=rows)
+    page = render_html(result, title=title, current_env=current_env, baseline_env=baseline_env,
+                       rows=rows)
     html_path = atomic_write_text(out / f"{stem}.html", page)
-    cur_rows = rows if rows is not None else [v.current for v in result.verdicts if v.current is not None]
+    cur_rows = (rows if rows is not None
+                else [v.current for v in result.verdicts if v.current is not None])
     rule = dispatch_rule(crossover(cur_rows, result.settings.rel_err_gate))
     summary = markdown_summary(result, title=title, rule=rule, report_path=str(html_path),
                                current_env=current_env, baseline_env=baseline_env)

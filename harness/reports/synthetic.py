@@ -41,12 +41,15 @@ def _model_us(path: str, m: int, n: int, k: int, gs: int) -> tuple[float, float,
     if path == "marlin_asym":
         t = max(int4_bytes / (0.55 * _BW), flops / (0.45 * _PEAK)) * 1e6 + 3 * _LAUNCH_US
         return t, floor, 4 * (k // gs) * n + 4 * m * (k // gs)
-    return max(int4_bytes / (0.5 * _BW), flops / (0.2 * _PEAK)) * 1e6 + _LAUNCH_US, floor, n * k // 2
+    t = max(int4_bytes / (0.5 * _BW), flops / (0.2 * _PEAK)) * 1e6 + _LAUNCH_US
+    return t, floor, n * k // 2
 
 
 def make_rows(
-    *, matrix: str = "synthetic", shapes: Iterable[tuple[int, int, int]] = ((2048, 2048, 128), (6144, 2048, 2048)),
-    ms: Iterable[int] = (1, 16, 64, 256), paths: Sequence[str] = PATHS, peers: Sequence[str] = PEERS,
+    *, matrix: str = "synthetic",
+    shapes: Iterable[tuple[int, int, int]] = ((2048, 2048, 128), (6144, 2048, 2048)),
+    ms: Iterable[int] = (1, 16, 64, 256), paths: Sequence[str] = PATHS,
+    peers: Sequence[str] = PEERS,
     modes: Sequence[str] = ("graph",), seed: int = 0, noise: float = 0.005, n_samples: int = 60,
     slowdown: Mapping[str, float] | None = None, arch: str = "sm90", device: str = "synthetic H200",
     commit: str = "0" * 40, cpu: bool = False,
@@ -58,17 +61,21 @@ def make_rows(
     rows = []
     for n, k, gs in shapes:
         for m in ms:
-            dispatch = "marlin_asym" if (m >= 16 and k % 128 == 0 and n % 128 == 0) else "native_int4"
+            marlin = m >= 16 and k % 128 == 0 and n % 128 == 0
+            dispatch = "marlin_asym" if marlin else "native_int4"
             for path in (*paths, *peers):
                 for mode in modes:
                     t, floor, extra = _model_us(path, m, n, k, gs)
                     t *= slowdown.get(path, 1.0) * (1.08 if mode == "cold" else 1.0)
                     rel = float(2e-4 * rng.lognormal(0, 0.2)) * (3 if path == "marlin_asym" else 1)
                     row = ResultRow(
-                        matrix=matrix, case_id=_case_id(m, n, k, gs), path=path, mode="cpu" if cpu else mode,
+                        matrix=matrix, case_id=_case_id(m, n, k, gs), path=path,
+                        mode="cpu" if cpu else mode,
                         M=m, N=n, K=k, group_size=gs, tags="synthetic",
-                        role="peer" if path in peers else "path", implementation=f"synthetic {path}",
-                        arch="cpu" if cpu else arch, device_name="cpu (synthetic)" if cpu else device,
+                        role="peer" if path in peers else "path",
+                        implementation=f"synthetic {path}",
+                        arch="cpu" if cpu else arch,
+                        device_name="cpu (synthetic)" if cpu else device,
                         commit=commit, dispatch_path=dispatch,
                         fallback_reason="" if dispatch == "marlin_asym" else "M < 16",
                         rel_err=rel, rel_fro_err=rel * 1.1, max_ulp=float(rng.integers(1, 6)),
@@ -79,12 +86,14 @@ def make_rows(
                     if cpu:
                         rows.append(replace(row, extra_bytes=0))
                         continue
-                    row = replace(row, time_us_median=t, roofline_floor_us=floor, pct_roofline=floor / t * 100,
+                    row = replace(row, time_us_median=t, roofline_floor_us=floor,
+                                  pct_roofline=floor / t * 100,
                                   tflops=2.0 * m * n * k / (t * 1e-6) / 1e12, gbps=math.nan,
                                   bytes_moved=int(n * k / 2))
                     if path == "marlin_asym":
-                        row = replace(row, marlin_only_us=t - 2 * _LAUNCH_US,
-                                      correction_overhead_pct=2 * _LAUNCH_US / (t - 2 * _LAUNCH_US) * 100)
+                        marlin_only = t - 2 * _LAUNCH_US
+                        row = replace(row, marlin_only_us=marlin_only,
+                                      correction_overhead_pct=2 * _LAUNCH_US / marlin_only * 100)
                     rows.append(with_samples(row, t * rng.lognormal(0.0, noise, n_samples)))
     return rows
 

@@ -42,7 +42,9 @@ PRIORITY = (Verdict.ERROR, Verdict.MISSING, Verdict.WORSE_ACCURACY, Verdict.LESS
              Verdict.SLOWER, Verdict.AMBIGUOUS, Verdict.FASTER, Verdict.NEW, Verdict.SAME)
 RANK = {v: i for i, v in enumerate(PRIORITY)}
 
-Remeasure = Callable[[list[Key]], "Sequence[ResultRow] | tuple[Sequence[ResultRow], Sequence[ResultRow]]"]
+Remeasure = Callable[
+    [list[Key]], "Sequence[ResultRow] | tuple[Sequence[ResultRow], Sequence[ResultRow]]"
+]
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,9 @@ class RowVerdict:
     @property
     def row(self) -> ResultRow:
         """The current row, else the baseline's (for identity columns)."""
-        return self.current if self.current is not None else self.baseline  # type: ignore[return-value]
+        if self.current is not None:
+            return self.current
+        return self.baseline  # type: ignore[return-value]
 
     @property
     def reason(self) -> str:

@@ -47,7 +47,8 @@ def _key_text(key: Key) -> str:
 def _key_parse(text: str, source: str) -> Key:
     parts = text.split("|")
     if len(parts) != 3 or not all(parts):
-        raise SchemaError(f"{source}: field 'noise_margins' has a bad key {text!r} (want case|path|mode)")
+        raise SchemaError(
+            f"{source}: field 'noise_margins' has a bad key {text!r} (want case|path|mode)")
     return (parts[0], parts[1], parts[2])
 
 
@@ -70,7 +71,8 @@ class BaselineMeta:
         return {
             "schema_version": self.schema_version, "matrix": self.matrix, "arch": self.arch,
             "environment": self.environment.to_dict(), "rows_sha256": self.rows_sha256,
-            "noise_margins": {_key_text(k): float(v) for k, v in sorted(self.noise_margins.items())},
+            "noise_margins": {_key_text(k): float(v)
+                              for k, v in sorted(self.noise_margins.items())},
             "settings": dict(self.settings), "source": self.source, "accepted": self.accepted,
             "calibration": dict(self.calibration),
         }
@@ -81,7 +83,8 @@ class BaselineMeta:
             raise SchemaError(f"{source}: top level must be a JSON object")
         version = d.get("schema_version")
         if version != BASELINE_SCHEMA_VERSION or isinstance(version, bool):
-            raise SchemaError(f"{source}: field 'schema_version' is {version!r}, expected {BASELINE_SCHEMA_VERSION}")
+            raise SchemaError(f"{source}: field 'schema_version' is {version!r}, "
+                              f"expected {BASELINE_SCHEMA_VERSION}")
         for name in ("matrix", "arch", "rows_sha256"):
             if not isinstance(d.get(name), str) or not d.get(name):
                 raise SchemaError(f"{source}: field {name!r} is missing or not a string")
@@ -90,8 +93,10 @@ class BaselineMeta:
             raise SchemaError(f"{source}: field 'noise_margins' must be an object")
         margins = {}
         for k, v in margins_raw.items():
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-                raise SchemaError(f"{source}: field 'noise_margins.{k}' is not a non-negative number ({v!r})")
+            if (isinstance(v, bool) or not isinstance(v, (int, float))
+                    or not math.isfinite(v) or v < 0):
+                raise SchemaError(f"{source}: field 'noise_margins.{k}' is not a non-negative "
+                                  f"number ({v!r})")
             margins[_key_parse(k, source)] = float(v)
         for name in ("settings", "calibration"):
             if not isinstance(d.get(name, {}), dict):
@@ -151,7 +156,8 @@ def check_baseline(
     warnings: list[str] = []
     for name, meta in base.metas.items():
         cur = settings_of(name) if callable(settings_of) else settings_of
-        for w in check_environment(meta.environment, env, meta.settings, cur, strict=strict, what=what):
+        for w in check_environment(meta.environment, env, meta.settings, cur, strict=strict,
+                                   what=what):
             if w not in warnings:
                 warnings.append(w)
     return warnings
@@ -177,7 +183,8 @@ def read_baseline_matrix(directory: Path, matrix: str) -> tuple[list[ResultRow],
     text = read_text(csv_path, "baseline CSV")
     if _sha(text) != meta.rows_sha256:
         raise SchemaError(f"{csv_path}: does not match rows_sha256 in {json_path.name} "
-                          "(edited by hand or an interrupted accept); run `harness baseline accept` again")
+                          "(edited by hand or an interrupted accept); "
+                          "run `harness baseline accept` again")
     return parse_csv_text(text, str(csv_path)), meta
 
 

@@ -67,7 +67,8 @@ class Environment:
     sm_clock_max_mhz: str = ""
     """The GPU's maximum SM clock in MHz (NVML ``nvmlDeviceGetMaxClockInfo``)."""
     sm_clock_app_mhz: str = ""
-    """The application SM clock in MHz the GPU was set to (NVML ``nvmlDeviceGetApplicationsClock``)."""
+    """The application SM clock in MHz the GPU was set to
+    (NVML ``nvmlDeviceGetApplicationsClock``)."""
     sm_clock_default_mhz: str = ""
     """The default application SM clock in MHz (NVML ``nvmlDeviceGetDefaultApplicationsClock``)."""
     power_limit_w: str = ""
@@ -85,7 +86,8 @@ class Environment:
         if d is None:
             return cls()
         if not isinstance(d, Mapping):
-            raise SchemaError(f"{source}: field 'environment' must be an object, got {type(d).__name__}")
+            raise SchemaError(
+                f"{source}: field 'environment' must be an object, got {type(d).__name__}")
         names = {f.name for f in fields(cls)} - {"extra"}
         known = {k: "" if d[k] is None else str(d[k]) for k in names if k in d}
         extra = {str(k): str(v) for k, v in d.items() if k not in names}
@@ -111,7 +113,8 @@ class Environment:
         if self.sm_clock_max_mhz or self.sm_clock_app_mhz:
             clocks = "SM clock " + " / ".join(
                 p for p in (f"max {self.sm_clock_max_mhz} MHz" if self.sm_clock_max_mhz else "",
-                            f"application {self.sm_clock_app_mhz} MHz" if self.sm_clock_app_mhz else "")
+                            f"application {self.sm_clock_app_mhz} MHz"
+                            if self.sm_clock_app_mhz else "")
                 if p)
         parts = [
             self.gpu_name or "unknown device",
@@ -156,8 +159,8 @@ WARNED_FACTS: tuple[tuple[str, str, str], ...] = (
 )
 
 #: The help text of the commands' ``--strict-env`` flag.
-STRICT_ENV_HELP = ("refuse (exit 2) instead of only warning when the two sides differ in torch, CUDA, "
-                   "driver or optimum-quanto version, max SM clock or power limit")
+STRICT_ENV_HELP = ("refuse (exit 2) instead of only warning when the two sides differ in "
+                   "torch, CUDA, driver or optimum-quanto version, max SM clock or power limit")
 
 #: How environment warnings start among a ``GateResult``'s notes and on the terminal;
 #: the reports show those notes in their header.
@@ -214,15 +217,18 @@ def environment_problems(
 ) -> tuple[str | None, list[str]]:
     """(why the comparison is refused or None, the warnings); see ``check_environment``."""
     if base_env.is_empty:
-        return (f"the {what} records no environment metadata (no arch, no GPU name); re-record it", [])
+        return (f"the {what} records no environment metadata (no arch, no GPU name); "
+                "re-record it", [])
     if cur_env.is_empty:
-        return (f"{current} records no environment metadata (no arch, no GPU name); re-record it", [])
+        return (f"{current} records no environment metadata (no arch, no GPU name); "
+                "re-record it", [])
     if base_env.arch and cur_env.arch and base_env.arch != cur_env.arch:
         return f"arch differs: {what} {base_env.arch}, {current} {cur_env.arch}", []
     on_cpu = "cpu" in (base_env.arch, cur_env.arch)   # CPU runs gate accuracy, not speed
     if (base_env.gpu_name and cur_env.gpu_name and not on_cpu
             and _norm(base_env.gpu_name) != _norm(cur_env.gpu_name)):
-        return f"GPU model differs: {what} {base_env.gpu_name!r}, {current} {cur_env.gpu_name!r}", []
+        return (f"GPU model differs: {what} {base_env.gpu_name!r}, "
+                f"{current} {cur_env.gpu_name!r}", [])
     base_settings, cur_settings = base_settings or {}, cur_settings or {}
     for key in MEASURED_SETTINGS:
         b, c = base_settings.get(key), cur_settings.get(key)

@@ -70,7 +70,8 @@ class ResultRow:
     error: str = ""
     # dispatcher model: what TinyLoop's quant_gemm would run for this case, and why
     dispatch_path: str = ""
-    dispatch_marlin: bool | None = None  # dispatch_path runs Marlin; None: not recorded (schema 1-3)
+    # dispatch_path runs Marlin; None: not recorded (schema 1-3)
+    dispatch_marlin: bool | None = None
     fallback_reason: str = ""
     # timing (microseconds, device-side)
     time_us_median: float = math.nan
@@ -140,7 +141,8 @@ class ResultRow:
         try:
             version = int(float(version))
         except (TypeError, ValueError):
-            raise SchemaError(f"{source}: field 'schema_version' is missing or not a number ({version!r})") from None
+            raise SchemaError(f"{source}: field 'schema_version' is missing or not a number "
+                              f"({version!r})") from None
         if version not in SUPPORTED_VERSIONS:
             raise SchemaError(
                 f"{source}: schema_version {version} is not supported (expected one of "
@@ -159,9 +161,11 @@ class ResultRow:
             kwargs[f.name] = _convert(d[f.name], f.type, f.name, source)
         row = cls(**kwargs)
         if row.status not in STATUSES:
-            raise SchemaError(f"{source}: field 'status' is {row.status!r}, not one of {', '.join(STATUSES)}")
+            raise SchemaError(f"{source}: field 'status' is {row.status!r}, "
+                              f"not one of {', '.join(STATUSES)}")
         if row.mode not in MODES:
-            raise SchemaError(f"{source}: field 'mode' is {row.mode!r}, not one of {', '.join(MODES)}")
+            raise SchemaError(
+                f"{source}: field 'mode' is {row.mode!r}, not one of {', '.join(MODES)}")
         return row
 
 

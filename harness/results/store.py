@@ -54,7 +54,8 @@ def now_iso() -> str:
 def safe_component(value: str, name: str) -> str:
     """``value`` if usable as one path component (letters, digits, ``._-+``); else ValueError."""
     if not value or value in (".", "..") or not set(value) <= _SAFE_COMPONENT_CHARS:
-        raise ValueError(f"{name} {value!r} cannot be a directory name (letters, digits, ._-+ only)")
+        raise ValueError(
+            f"{name} {value!r} cannot be a directory name (letters, digits, ._-+ only)")
     return value
 
 
@@ -159,7 +160,8 @@ def parse_csv_text(text: str, source: str) -> list[ResultRow]:
                     f"{source}:{line}: {len(cells)} fields where the header has {len(header)}"
                     f" (extra value after field {header[-1]!r})"
                 )
-            row = ResultRow.from_dict(dict(zip(header, cells, strict=True)), source=f"{source}:{line}")
+            row = ResultRow.from_dict(dict(zip(header, cells, strict=True)),
+                                      source=f"{source}:{line}")
             if row.key in seen:
                 raise SchemaError(
                     f"{source}:{line}: duplicate row for (case_id, path, mode) = {row.key}"
@@ -226,9 +228,11 @@ class RunMeta:
             raise SchemaError(f"{source}: top level must be a JSON object")
         version = d.get("schema_version")
         if isinstance(version, bool) or not isinstance(version, int):
-            raise SchemaError(f"{source}: field 'schema_version' is missing or not an integer ({version!r})")
+            raise SchemaError(f"{source}: field 'schema_version' is missing or not an integer "
+                              f"({version!r})")
         if version != META_SCHEMA_VERSION:
-            raise SchemaError(f"{source}: schema_version {version} is not supported (expected {META_SCHEMA_VERSION})")
+            raise SchemaError(f"{source}: schema_version {version} is not supported "
+                              f"(expected {META_SCHEMA_VERSION})")
         rsv = d.get("result_schema_version", RESULT_SCHEMA_VERSION)
         if rsv not in SUPPORTED_VERSIONS:
             raise SchemaError(
@@ -262,7 +266,8 @@ class RunMeta:
 
 
 def write_json(path: str | Path, data: dict) -> Path:
-    return atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    text = json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    return atomic_write_text(path, text)
 
 
 def read_json(path: str | Path, what: str = "json file") -> object:
@@ -270,7 +275,8 @@ def read_json(path: str | Path, what: str = "json file") -> object:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SchemaError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno} ({exc.msg})") from None
+        raise SchemaError(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno} "
+                          f"({exc.msg})") from None
 
 
 def write_meta(path: str | Path, meta: RunMeta) -> Path:
@@ -351,9 +357,11 @@ def find_result_csvs(path: str | Path) -> list[Path]:
     if direct:
         return direct
     dirs = sorted({p.parent for p in path.rglob("*.csv")
-                   if not set(p.relative_to(path).parts[:-1]) & _NOT_RUN_DIRS and _is_result_csv(p)})
+                   if not set(p.relative_to(path).parts[:-1]) & _NOT_RUN_DIRS
+                   and _is_result_csv(p)})
     if not dirs:
-        raise SchemaError(f"{path}: holds no result CSV (a header with 'samples_us' and 'schema_version')")
+        raise SchemaError(f"{path}: holds no result CSV "
+                          "(a header with 'samples_us' and 'schema_version')")
     if len(dirs) > 1:
         names = ", ".join(str(d.relative_to(path)) for d in dirs[:6])
         raise SchemaError(f"{path}: holds results in {len(dirs)} directories ({names}); name one")

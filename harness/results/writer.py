@@ -135,7 +135,8 @@ class RowWriter:
     CSV's directory while open.
     """
 
-    def __init__(self, csv_path: str | Path, meta: RunMeta | None = None, mode: str = "new") -> None:
+    def __init__(self, csv_path: str | Path, meta: RunMeta | None = None,
+                 mode: str = "new") -> None:
         if mode not in WRITE_MODES:
             raise ValueError(f"RowWriter mode {mode!r} is not one of {', '.join(WRITE_MODES)}")
         self.path = Path(csv_path)
@@ -176,7 +177,8 @@ class RowWriter:
             if header_ok:
                 self.existing = tuple(parse_csv_text(text, str(self.path)))
                 if list(next(csv.reader([text.splitlines()[0]]))) != column_names():
-                    raise SchemaError(f"{self.path}: header differs from this harness's columns; cannot resume")
+                    raise SchemaError(f"{self.path}: header differs from this harness's columns; "
+                                      "cannot resume")
                 self._done = {r.key for r in self.existing}
         if self.meta is not None:
             write_meta(self.path.with_suffix(".json"), self.meta)

@@ -89,7 +89,8 @@ class Study:
         self.path = MarlinAsymPath(variant="two_kernel")
         q = args.quick
         self.rule = StopRule(warmup_ms=5.0 if q else 10.0, max_case_seconds=0.1 if q else 0.2,
-                             target_rel_spread=0.01, min_samples=5 if q else 8, max_samples=20 if q else 30)
+                             target_rel_spread=0.01, min_samples=5 if q else 8,
+                             max_samples=20 if q else 30)
         self.read_clock = sm_clock_reader(self.dev)
         self.floors: dict[str, float] = {}
 
@@ -150,8 +151,8 @@ class Study:
 
     def measure_case(self, case, weight, A_cpu, variants) -> list[dict]:
         dev = self.dev
-        base = {"case_id": case.id, "M": case.M, "N": case.N, "K": case.K, "group_size": case.group_size,
-                "shape_class": shape_class(case.M)}
+        base = {"case_id": case.id, "M": case.M, "N": case.N, "K": case.K,
+                "group_size": case.group_size, "shape_class": shape_class(case.M)}
         w = weight.to(dev)
         prepared = self.path.prepare(w, dev)
         delta64 = prepared.state["pack"].delta.double()
@@ -170,24 +171,29 @@ class Study:
                     r = self.check(prepared, A_k, v, marlin_out, corr, ref_full)
                 except Exception as exc:  # recorded; the variant is not timed on this case
                     self.sync()
-                    checks[v] = {"error": f"{type(exc).__name__}: {' '.join(str(exc).split())[:240]}"}
+                    why = " ".join(str(exc).split())[:240]
+                    checks[v] = {"error": f"{type(exc).__name__}: {why}"}
                     continue
                 old = checks[v]
-                checks[v] = {k: (max(old[k], r[k]) if k in old and k != "deterministic" else r[k]) for k in r}
+                checks[v] = {k: (max(old[k], r[k]) if k in old and k != "deterministic" else r[k])
+                             for k in r}
                 checks[v]["deterministic"] = r["deterministic"] and old.get("deterministic", True)
         for v, c in checks.items():
             if "error" in c:
                 continue
-            if v in ("marlin_only", "empty", "empty_pdl"):   # no correction: only written + repeatable
+            if v in ("marlin_only", "empty", "empty_pdl"):   # no correction: written, repeatable
                 c["correct"] = c["nonfinite"] == 0 and c["deterministic"]
                 c["max_corr_ulp"] = c["p99_corr_ulp"] = None
             else:
-                c["correct"] = c["nonfinite"] == 0 and c["deterministic"] and c["max_corr_ulp"] <= ULP_BUDGET
+                c["correct"] = (c["nonfinite"] == 0 and c["deterministic"]
+                                and c["max_corr_ulp"] <= ULP_BUDGET)
         per_call = bytes_moved(self.path, case).total
         mem = prepared_nbytes(prepared) + case.M * (case.K + case.N) * 2
-        plan = plan_copies(per_call, l2_cache_bytes(dev), max_copies=self.args.max_copies, mem_per_copy=mem)
+        plan = plan_copies(per_call, l2_cache_bytes(dev), max_copies=self.args.max_copies,
+                           mem_per_copy=mem)
         ops = build_operands(prepared, A, plan.copies)
-        pilot = make_timer("cold" if dev.type == "cuda" else "cpu", self.step_for(ops, "marlin_only"), ops.copies, dev)
+        pilot = make_timer("cold" if dev.type == "cuda" else "cpu",
+                           self.step_for(ops, "marlin_only"), ops.copies, dev)
         pilot()
         per = max(pilot(), 1e-3)
         rows = []
@@ -205,7 +211,8 @@ class Study:
                                 self.host_us(step, calls) if mode == "cold" else None)
                 except Exception as exc:
                     self.sync()
-                    checks[name] = {"error": f"{mode} timing: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}"}
+                    why = " ".join(str(exc).split())[:200]
+                    checks[name] = {"error": f"{mode} timing: {type(exc).__name__}: {why}"}
             ends = [times[k][0].stats.median for k in ("marlin_only", "marlin_end") if k in times]
             t_m = sum(ends) / len(ends) if ends else None      # Marlin bracketing the variants
             floor = self.floors.get(mode)
@@ -214,16 +221,18 @@ class Study:
                 row = {**base, "variant": v, "mode": mode, "calls": calls, "copies": ops.copies,
                        "l2_cold": plan.l2_cold, "marlin_us": t_m,
                        "marlin_us_end": ends[-1] if len(ends) == 2 else None, "floor_us": floor,
-                       **{k: c.get(k) for k in ("correct", "max_corr_ulp", "p99_corr_ulp", "nonfinite",
-                                                "rel_err", "deterministic", "error")}}
+                       **{k: c.get(k) for k in ("correct", "max_corr_ulp", "p99_corr_ulp",
+                                                "nonfinite", "rel_err", "deterministic",
+                                                "error")}}
                 if v not in times:
                     row["status"] = "error"
                     rows.append(row)
                     continue
                 res, host = times[v]
                 s = res.stats
-                row.update(status="ok" if c.get("correct") else "incorrect", time_us=s.median, iqr_us=s.iqr,
-                           ci_lo_us=s.ci_lo, ci_hi_us=s.ci_hi, n_samples=s.n, stop_reason=res.stop_reason,
+                row.update(status="ok" if c.get("correct") else "incorrect", time_us=s.median,
+                           iqr_us=s.iqr, ci_lo_us=s.ci_lo, ci_hi_us=s.ci_hi, n_samples=s.n,
+                           stop_reason=res.stop_reason,
                            host_us=host)
                 if t_m and v != "marlin_only":
                     row["overhead_us"] = s.median - t_m

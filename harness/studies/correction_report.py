@@ -17,7 +17,8 @@ from harness.kernels.marlin.variants import CORRECTIONS, SHAPE_CLASSES
 ULP_BUDGET = 2.0
 TARGETS = {"graph_median_pct": 5.0, "graph_max_pct": 10.0, "cold_max_pct": 15.0, "floor_ratio": 2.0}
 COLUMNS = ("case_id", "M", "N", "K", "group_size", "shape_class", "variant", "mode", "status",
-           "time_us", "iqr_us", "ci_lo_us", "ci_hi_us", "n_samples", "stop_reason", "calls", "copies",
+           "time_us", "iqr_us", "ci_lo_us", "ci_hi_us", "n_samples", "stop_reason", "calls",
+           "copies",
            "l2_cold", "marlin_us", "marlin_us_end", "overhead_us", "overhead_pct", "floor_us",
            "floor_ratio", "marginal_floor_ratio", "host_us", "correct", "max_corr_ulp",
            "p99_corr_ulp", "nonfinite", "rel_err", "deterministic", "error")
@@ -97,13 +98,16 @@ def recommend(rows: list[dict], candidates) -> dict[str, dict]:
 
 def evaluate_targets(rows: list[dict], picks: dict[str, dict]) -> list[tuple[str, bool, str]]:
     """The issue's targets on the composite 'per class, the recommended variant'."""
-    chosen = [r for r in rows if r["shape_class"] in picks and r["variant"] == picks[r["shape_class"]]["variant"]]
+    chosen = [r for r in rows
+              if r["shape_class"] in picks and r["variant"] == picks[r["shape_class"]]["variant"]]
     res = []
     g = [v for r in chosen if r["mode"] == "graph" and (v := _num(r, "overhead_pct")) is not None]
     if g:
         med, mx = statistics.median(g), max(g)
-        res.append(("graph overhead median <= 5%", med <= TARGETS["graph_median_pct"], f"{med:.1f}%"))
-        res.append(("graph overhead <= 10% at every shape", mx <= TARGETS["graph_max_pct"], f"max {mx:.1f}%"))
+        res.append(("graph overhead median <= 5%", med <= TARGETS["graph_median_pct"],
+                    f"{med:.1f}%"))
+        res.append(("graph overhead <= 10% at every shape", mx <= TARGETS["graph_max_pct"],
+                    f"max {mx:.1f}%"))
     c = [v for r in chosen if r["mode"] == "cold" and (v := _num(r, "overhead_pct")) is not None]
     if c:
         res.append(("eager within 15% of Marlin at every shape", max(c) <= TARGETS["cold_max_pct"],
@@ -111,14 +115,17 @@ def evaluate_targets(rows: list[dict], picks: dict[str, dict]) -> list[tuple[str
     f = [v for r in chosen if (v := _num(r, "floor_ratio")) is not None]
     if f:
         res.append(("correction <= 2x the empty kernel's time (every shape, mode)",
-                    max(f) <= TARGETS["floor_ratio"], f"max {max(f):.2f}x, median {statistics.median(f):.2f}x"))
+                    max(f) <= TARGETS["floor_ratio"],
+                    f"max {max(f):.2f}x, median {statistics.median(f):.2f}x"))
     mf = [v for r in chosen if (v := _num(r, "marginal_floor_ratio")) is not None]
     if mf:
         res.append(("correction <= 2x an empty kernel after Marlin (same shape, mode)",
-                    max(mf) <= TARGETS["floor_ratio"], f"max {max(mf):.2f}x, median {statistics.median(mf):.2f}x"))
+                    max(mf) <= TARGETS["floor_ratio"],
+                    f"max {max(mf):.2f}x, median {statistics.median(mf):.2f}x"))
     u = [v for r in chosen if (v := _num(r, "max_corr_ulp")) is not None]
     if u:
-        res.append(("correction within 2 fp16 ULPs of fp64", max(u) <= ULP_BUDGET, f"max {max(u):.2f} ULP"))
+        res.append(("correction within 2 fp16 ULPs of fp64", max(u) <= ULP_BUDGET,
+                    f"max {max(u):.2f} ULP"))
     return res
 
 
@@ -145,29 +152,39 @@ def _cell(sel: dict, variant: str) -> str:
 
 def render_markdown(rows, summary, picks, targets, header: list[str]) -> str:
     lines = list(header) + ["", "## Summary per variant and mode", "",
-                            "| variant | mode | shapes | errors | incorrect | median overhead % | max overhead % "
-                            "| median overhead µs | median floor ratio | max corr ULP |", "|---" * 10 + "|"]
+                            "| variant | mode | shapes | errors | incorrect | median overhead % "
+                            "| max overhead % "
+                            "| median overhead µs | median floor ratio | max corr ULP |",
+                            "|---" * 10 + "|"]
     for s in summary:
-        lines.append(f"| {s['variant']} | {s['mode']} | {s['shapes']} | {s['errors']} | {s['incorrect']} | "
+        lines.append(f"| {s['variant']} | {s['mode']} | {s['shapes']} | {s['errors']} "
+                     f"| {s['incorrect']} | "
                      f"{fmt(s['median_overhead_pct'])} | {fmt(s['max_overhead_pct'])} | "
-                     f"{fmt(s['median_overhead_us'], '.2f')} | {fmt(s['median_floor_ratio'], '.2f')} | "
+                     f"{fmt(s['median_overhead_us'], '.2f')} "
+                     f"| {fmt(s['median_floor_ratio'], '.2f')} | "
                      f"{fmt(s['max_corr_ulp'], '.2f')} |")
     lines += ["", "## Recommendation (fastest correct variant per shape class, mean of modes)", ""]
-    lines += [f"- {c}: **{p['variant']}** (median overhead {p['score_pct']:.1f}% over {p['shapes']} shapes"
+    lines += [f"- {c}: **{p['variant']}** (median overhead {p['score_pct']:.1f}% "
+              f"over {p['shapes']} shapes"
               + (f"; left out, Marlin's own failures: {', '.join(p['marlin_failures'])}"
                  if p.get("marlin_failures") else "") + ")"
-              for c, p in picks.items()] or ["- none: no variant was correct and measured in every class"]
+              for c, p in picks.items()] or [
+                  "- none: no variant was correct and measured in every class"]
     lines += ["", "```python", auto_line(picks), "```", "", "## Targets on that choice", ""]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {name} ({val})" for name, ok, val in targets]
     variants = list(dict.fromkeys(r["variant"] for r in rows if r["variant"] != "marlin_only"))
-    lines += ["", "## Per shape: Marlin alone (µs) and each variant's overhead % (cold / graph)", "",
-              "| case | class | Marlin µs | " + " | ".join(variants) + " |", "|---" * (3 + len(variants)) + "|"]
+    lines += ["", "## Per shape: Marlin alone (µs) and each variant's overhead % (cold / graph)",
+              "",
+              "| case | class | Marlin µs | " + " | ".join(variants) + " |",
+              "|---" * (3 + len(variants)) + "|"]
     for cid in dict.fromkeys(r["case_id"] for r in rows):
         sel = {(r["variant"], r["mode"]): r for r in rows if r["case_id"] == cid}
         any_row = next(iter(sel.values()))
-        m_us = " / ".join(fmt(_num(sel[("marlin_only", m)], "time_us")) if ("marlin_only", m) in sel else "-"
+        m_us = " / ".join(fmt(_num(sel[("marlin_only", m)], "time_us"))
+                          if ("marlin_only", m) in sel else "-"
                           for m in ("cold", "graph"))
-        lines.append(f"| {cid} | {any_row['shape_class']} | {m_us} | " + " | ".join(_cell(sel, v) for v in variants) + " |")
+        lines.append(f"| {cid} | {any_row['shape_class']} | {m_us} | "
+                     + " | ".join(_cell(sel, v) for v in variants) + " |")
     lines += ["", "`!` = incorrect on that shape (excluded from the recommendation)."]
     return "\n".join(lines) + "\n"
 
@@ -183,5 +200,6 @@ def write_outputs(out: Path, rows, extra: dict, header: list[str]) -> tuple[list
     (out / "correction_study.md").write_text(render_markdown(rows, summary, picks, targets, header))
     (out / "correction_study.json").write_text(json.dumps(
         {**extra, "summary": summary, "picks": picks, "auto_line": auto_line(picks),
-         "targets": [{"target": n, "pass": ok, "value": v} for n, ok, v in targets]}, indent=2, default=str))
+         "targets": [{"target": n, "pass": ok, "value": v} for n, ok, v in targets]},
+        indent=2, default=str))
     return summary, picks, targets

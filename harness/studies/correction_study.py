@@ -80,9 +80,9 @@ T0 = time.monotonic()
 #: (M, N, K, group size): every tile configuration (RG 1/4/8, RM 1/2/4), per-row and g128,
 #: several column tiles per block (M100 N8192), > 48 KB of shared memory (M64 K8192 g128),
 #: Marlin's split into 64-row problems with padding (M100, M130).
-SANITY_SHAPES = ((1, 256, 1024, 128), (3, 512, 2048, 2048), (8, 768, 1024, 128), (13, 256, 4096, 128),
-                 (16, 512, 1024, 1024), (40, 768, 2048, 128), (64, 512, 8192, 128), (100, 8192, 2048, 128),
-                 (130, 512, 8192, 8192))
+SANITY_SHAPES = ((1, 256, 1024, 128), (3, 512, 2048, 2048), (8, 768, 1024, 128),
+                 (13, 256, 4096, 128), (16, 512, 1024, 1024), (40, 768, 2048, 128),
+                 (64, 512, 8192, 128), (100, 8192, 2048, 128), (130, 512, 8192, 8192))
 
 
 def run_sanity(args) -> int:
@@ -103,7 +103,8 @@ def run_sanity(args) -> int:
                 A = torch.randn(M, K, device=dev, generator=gen).half()
                 mo = torch.full((M, N), float("nan"), dtype=torch.float16, device=dev)
                 study.path.run_marlin_only(prepared, A, mo)
-                corr = a_group_sum(A, prepared.state["pack"].group_size) @ prepared.state["pack"].delta.double()
+                pack = prepared.state["pack"]
+                corr = a_group_sum(A, pack.group_size) @ pack.delta.double()
                 r = study.check(prepared, A, v, mo, corr, reference_fp64(A, w))
                 if v not in ("marlin_only", "empty", "empty_pdl"):
                     worst = max(worst, r["max_corr_ulp"])
@@ -146,7 +147,8 @@ def sanity_pass(args, out: Path, log) -> dict[str, str]:
         cmd = [sys.executable, "-m", "harness", "study", "correction", "--out", str(out),
                "--sanity-json", str(js), "--variants", ",".join(todo)]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.sanity_timeout_s)
+            proc = subprocess.run(cmd, capture_output=True, text=True,
+                                  timeout=args.sanity_timeout_s)
             tail = (proc.stdout + proc.stderr)[-2000:]
         except subprocess.TimeoutExpired:
             tail = f"timed out after {args.sanity_timeout_s} s"
@@ -164,7 +166,8 @@ def sanity_pass(args, out: Path, log) -> dict[str, str]:
         left = [v for v in todo if v not in verdicts]
         if len(left) == len(todo):        # the child failed before any variant: inconclusive
             log("sanity pass inconclusive (the child failed before testing a variant); measuring "
-                "every variant anyway. Its output ends: " + " | ".join(tail.strip().splitlines()[-3:]))
+                "every variant anyway. Its output ends: "
+                + " | ".join(tail.strip().splitlines()[-3:]))
             break
         todo = left
     failed.pop("marlin_only", None)       # the baseline is always measured
@@ -172,7 +175,8 @@ def sanity_pass(args, out: Path, log) -> dict[str, str]:
         r = verdicts.get(v, {})
         verdict = f"FAIL: {failed[v]}" if v in failed else ("ok" if v in verdicts else "untested")
         log(f"sanity {v:16s} {verdict}"
-            + (f" (max corr ULP {r['max_corr_ulp']:.2f})" if r.get("max_corr_ulp") is not None else "")
+            + (f" (max corr ULP {r['max_corr_ulp']:.2f})"
+               if r.get("max_corr_ulp") is not None else "")
             + (f"; graph capture FAILED: {r['capture_error']}" if r.get("capture_error") else ""))
     return failed
 
@@ -186,14 +190,16 @@ def parse_args(argv=None):
     p.add_argument("--filter", default=None, help="case filter expression (see `harness cases`)")
     p.add_argument("--variants", default=",".join(v for v in STUDIED if v != "marlin_only"))
     p.add_argument("--modes", default="cold,graph")
-    p.add_argument("--budget-s", type=float, default=170.0, help="stop starting cases after this wall time")
+    p.add_argument("--budget-s", type=float, default=170.0,
+                   help="stop starting cases after this wall time")
     p.add_argument("--max-copies", type=int, default=256)
     p.add_argument("--quick", action="store_true", help="fewer samples (a smoke run)")
     p.add_argument("--no-sanity", action="store_true", help="skip the crash-isolated sanity pass")
     p.add_argument("--sanity-timeout-s", type=float, default=120.0)
     p.add_argument("--sanity-json", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
-    a.variants = [check_variant_name(v.strip(), "--variants") for v in a.variants.split(",") if v.strip()]
+    a.variants = [check_variant_name(v.strip(), "--variants")
+                  for v in a.variants.split(",") if v.strip()]
     if not a.sanity_json:
         a.variants = ["marlin_only"] + [v for v in a.variants if v != "marlin_only"]
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
@@ -228,7 +234,8 @@ def main(argv=None) -> int:
         (skipped if marlin_accepts(c) else cases).append(c)
     order = {m: i for i, m in enumerate((1, 16, 64, 256, 1024, 32, 128))}
     cases.sort(key=lambda c: (order.get(c.M, 99), c.M, c.N, c.K, c.group_size))
-    log(f"{len(cases)} cases Marlin accepts in {args.matrix!r} ({len(skipped)} left out); variants {args.variants}")
+    log(f"{len(cases)} cases Marlin accepts in {args.matrix!r} ({len(skipped)} left out); "
+        f"variants {args.variants}")
     shapes = sorted({(c.N, c.K, c.group_size, c.seed) for c in cases})
     pool, futures = None, {}
     try:
@@ -245,7 +252,8 @@ def main(argv=None) -> int:
         (out / "UNAVAILABLE.txt").write_text(str(exc) + "\n")
         return 2
     info = build_info()
-    log(f"extension {'cached' if info.cached else 'built'} in {info.build_seconds:.1f} s; marlin: {info.with_marlin}")
+    log(f"extension {'cached' if info.cached else 'built'} in {info.build_seconds:.1f} s; "
+        f"marlin: {info.with_marlin}")
     if not ext.has_marlin():
         (out / "UNAVAILABLE.txt").write_text(f"Marlin not compiled in: {info.marlin_reason}\n")
         log(f"Marlin not compiled in: {info.marlin_reason}")
@@ -255,16 +263,22 @@ def main(argv=None) -> int:
     variants = [v for v in args.variants if v not in failed]
     study = Study(args, log)
     study.floors = {m: study.empty_floor(m) for m in args.modes}
-    log("empty kernel alone, per call: " + ", ".join(f"{m} {t:.2f} us" for m, t in study.floors.items())
+    log("empty kernel alone, per call: "
+        + ", ".join(f"{m} {t:.2f} us" for m, t in study.floors.items())
         + f"; PDL supported: {ext.pdl_supported(study.dev.index)}")
     env = environment(study.dev)
     header = ["# Correction variants of marlin_asym", "",
-              f"Device {env.get('gpu_name')} (SM {env.get('compute_capability')}), driver {env.get('driver')}, "
-              f"torch {env['torch']}, CUDA {env['cuda']}, quanto {env.get('quanto')}, commit {env.get('commit')}, "
-              f"{env['date']}.", f"Command: `harness study correction {' '.join(argv or sys.argv[1:])}`",
-              "Empty kernel alone per call: " + ", ".join(f"{m} {t:.2f} µs" for m, t in study.floors.items())
+              f"Device {env.get('gpu_name')} (SM {env.get('compute_capability')}), "
+              f"driver {env.get('driver')}, "
+              f"torch {env['torch']}, CUDA {env['cuda']}, quanto {env.get('quanto')}, "
+              f"commit {env.get('commit')}, "
+              f"{env['date']}.",
+              f"Command: `harness study correction {' '.join(argv or sys.argv[1:])}`",
+              "Empty kernel alone per call: "
+              + ", ".join(f"{m} {t:.2f} µs" for m, t in study.floors.items())
               + f". Sanity failures (not measured): {failed or 'none'}. Stop rule: {study.rule}."]
-    extra = {"environment": env, "build": info.__dict__, "floors_us": study.floors, "sanity_failed": failed,
+    extra = {"environment": env, "build": info.__dict__, "floors_us": study.floors,
+             "sanity_failed": failed,
              "skipped_cases": [c.id for c in skipped], "variants": variants}
     rows: list[dict] = []
     durations: list[float] = []
@@ -280,7 +294,8 @@ def main(argv=None) -> int:
             q, s, z = _result(futures.get(key), _weight_arrays, *key)
             weight = QuantizedWeight(torch.from_numpy(q), torch.from_numpy(s), torch.from_numpy(z),
                                      case.group_size)
-            A = torch.from_numpy(_result(futures.get(case.id), _acts_array, case.M, case.K, case.seed))
+            A = torch.from_numpy(_result(futures.get(case.id), _acts_array, case.M, case.K,
+                                         case.seed))
             new = study.measure_case(case, weight, A, variants)
         except Exception as exc:
             log(f"{case.id}: FAILED {type(exc).__name__}: {exc}")
@@ -296,21 +311,24 @@ def main(argv=None) -> int:
                     and r["variant"] not in ("empty", "empty_pdl")),
                    key=lambda r: r["overhead_pct"], default=None)
         m = {r["mode"]: r["marlin_us"] for r in new if r["variant"] == "marlin_only"}
-        log(f"{case.id:28s} marlin " + " / ".join(f"{fmt(m.get(k))}" for k in args.modes) + " us; best "
+        log(f"{case.id:28s} marlin " + " / ".join(f"{fmt(m.get(k))}" for k in args.modes)
+            + " us; best "
             + (f"{best['variant']} {best['mode']} {best['overhead_pct']:+.1f}%" if best else "-")
             + f" ({durations[-1]:.1f} s)")
         write_outputs(out, rows, extra, header)
     if pool is not None:
         pool.shutdown(cancel_futures=True)
     extra["pdl_fallbacks"] = int(ext.pdl_fallbacks())
-    header.append(f"PDL launches refused by the driver and relaunched plainly: {extra['pdl_fallbacks']}.")
+    header.append("PDL launches refused by the driver and relaunched plainly: "
+                  f"{extra['pdl_fallbacks']}.")
     summary, picks, targets = write_outputs(out, rows, extra, header)
     log("summary (variant, mode: median / max overhead %, median floor ratio, max corr ULP):")
     for s in summary:
         log(f"  {s['variant']:16s} {s['mode']:5s} {fmt(s['median_overhead_pct']):>7s} / "
             f"{fmt(s['max_overhead_pct']):>7s}  {fmt(s['median_floor_ratio'], '.2f'):>6s}  "
             f"{fmt(s['max_corr_ulp'], '.2f'):>6s}  errors {s['errors']} incorrect {s['incorrect']}")
-    log("Recommendation: " + (", ".join(f"{c} -> {p['variant']} ({p['score_pct']:.1f}%)" for c, p in picks.items())
+    log("Recommendation: " + (", ".join(f"{c} -> {p['variant']} ({p['score_pct']:.1f}%)"
+                                        for c, p in picks.items())
                               or "none"))
     log("paste into harness/kernels/marlin/variants.py: " + auto_line(picks))
     for name, ok, val in targets:

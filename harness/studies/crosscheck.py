@@ -69,7 +69,8 @@ def device_spans(trace_path: str) -> list[tuple[str, float, float]]:
     out = []
     for e in events:
         name = str(e.get("name", "?"))
-        if e.get("ph") == "X" and e.get("cat") in DEVICE_CATS and not any(t in name for t in TIMER_KERNELS):
+        if (e.get("ph") == "X" and e.get("cat") in DEVICE_CATS
+                and not any(t in name for t in TIMER_KERNELS)):
             out.append((name, float(e.get("ts", 0.0)), float(e.get("dur", 0.0))))
     return out
 
@@ -99,13 +100,16 @@ def busy_us(spans: list[tuple[str, float, float]]) -> float:
     return total
 
 
-def per_name_us(activity: list[tuple[str, float]], calls: int, width: int = 60) -> tuple[tuple[str, float], ...]:
+def per_name_us(activity: list[tuple[str, float]], calls: int,
+                width: int = 60) -> tuple[tuple[str, float], ...]:
     """Durations summed by (shortened) name and divided by ``calls``, longest first."""
     sums: dict[str, float] = {}
     for name, dur in activity:
         key = name.replace("(anonymous namespace)", "(anon)").replace("void ", "")
-        depth, cut = 0, len(key)                  # drop the parameter list: the first "(" at depth 0
-        for i, ch in enumerate(key):              # of template brackets that is not "(anon)"
+        # drop the parameter list: the first "(" at depth 0 of template brackets that is not
+        # "(anon)"
+        depth, cut = 0, len(key)
+        for i, ch in enumerate(key):
             if ch == "<":
                 depth += 1
             elif ch == ">":
@@ -168,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             for kname, us in r.by_name:
                 print(f"{'':30s}{us:9.2f} us  {kname}")
 
-    results = run_each(ap, args, device, lambda c, p: crosscheck(c, p, device, settings, args.batches), show)
+    results = run_each(ap, args, device,
+                       lambda c, p: crosscheck(c, p, device, settings, args.batches), show)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump([asdict(r) for r in results], fh, indent=1)

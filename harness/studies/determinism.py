@@ -93,7 +93,8 @@ def measure(case, path, device: torch.device, runs: int, ulp_budget: float = 2.0
         differs = host != first
         if differs.any():
             ever |= differs
-            max_between = max(max_between, float(np.nanmax(ulp_error(host[differs], first[differs], dtype))))
+            between = float(np.nanmax(ulp_error(host[differs], first[differs], dtype)))
+            max_between = max(max_between, between)
     rows, cols = np.nonzero(ever)
     fro = [s.rel_fro_err for s in stats]
     mx = [s.max_ulp for s in stats]
@@ -117,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.runs < 2:
         ap.error(f"--runs: need at least 2 runs to compare, got {args.runs}")
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    device = (torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available()
+              else torch.device("cpu"))
     print(f"{'case':28s} {'path':18s} {'distinct':>8s} {'diff frac':>9s} {'ulp btw':>9s} "
           f"{'rows':>5s} {'tiles':>5s} {'rel_fro min/med/max':>28s} {'max_ulp min/max':>20s}")
 

@@ -74,7 +74,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--filter", default="M <= 16", help="case filter (default: decode shapes)")
     p.add_argument("--paths", default="native_int4,fp16_cache,marlin_asym")
     p.add_argument("--plant", default="fp16_cache",
-                   help="paths that get the planted 5%% slowdown, one planted run each per repetition")
+                   help="paths that get the planted 5%% slowdown, "
+                        "one planted run each per repetition")
     p.add_argument("--planter", default=None, metavar="FILE_OR_MODULE",
                    help="defines plant(path), which plants the slowdown (needed with --plant; the "
                         "test suite's: tests/planted/slowdown_planter.py)")
@@ -84,12 +85,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--preset", default=None)
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--cpu", action="store_true",
-                   help="a dry run of the pipeline on the CPU paths (mode cpu; CPU timing is noisy)")
-    p.add_argument("--budget-s", type=float, default=480.0, help="stop starting repetitions after this")
+                   help="a dry run of the pipeline on the CPU paths "
+                        "(mode cpu; CPU timing is noisy)")
+    p.add_argument("--budget-s", type=float, default=480.0,
+                   help="stop starting repetitions after this")
     p.add_argument("--calibrate-in-process", action="store_true",
                    help="calibration runs in this process (faster; misses between-process noise)")
     p.add_argument("--resume", action="store_true",
-                   help="continue the study in --out: reuse its baseline and margins, --reps in total")
+                   help="continue the study in --out: reuse its baseline and margins, "
+                        "--reps in total")
     a = p.parse_args(argv)
     a.paths = [x.strip() for x in a.paths.split(",") if x.strip()]
     a.plant = [x.strip() for x in a.plant.split(",") if x.strip()]
@@ -139,7 +143,8 @@ class Study:
         self.settings = load_settings(args.preset, parse_overrides(args.set))
         self.cases = MATRICES.cases(args.matrix, args.filter)
         self.session = BenchSession(
-            device=self.device, arch=arch_label(self.device), settings=self.settings, modes=args.modes,
+            device=self.device, arch=arch_label(self.device), settings=self.settings,
+            modes=args.modes,
             paths=list(args.paths), out=self.out / "runs",
             progress=False, partial=True, table=False, echo=log,
             extra={"filter": args.filter, "study": "gate_study"})
@@ -159,7 +164,8 @@ class Study:
     def calibrate(self) -> None:
         n = self.args.calibration_runs
         if self.args.calibrate_in_process:
-            runs, how = [self.measure(f".cal{k}", self.args.paths) for k in range(1, n + 1)], "in-process"
+            runs = [self.measure(f".cal{k}", self.args.paths) for k in range(1, n + 1)]
+            how = "in-process"
         else:
             runs, how = [self.calibration_process(k) for k in range(1, n + 1)], "separate processes"
         self.base_rows = runs[0]
@@ -191,9 +197,11 @@ class Study:
             raise RuntimeError(f"calibration process {k} exited {proc.returncode}: {tail}")
         csvs = [c for c in find_result_csvs(out) if c.stem == a.matrix]
         if len(csvs) != 1:
-            raise RuntimeError(f"calibration process {k}: expected one {a.matrix}.csv under {out}, found {len(csvs)}")
+            raise RuntimeError(f"calibration process {k}: expected one {a.matrix}.csv under "
+                               f"{out}, found {len(csvs)}")
         rows = read_rows(csvs[0])
-        self.log(f"calibration process {k}: {len(rows)} rows in {time.monotonic() - t:.1f} s ({csvs[0]})")
+        self.log(f"calibration process {k}: {len(rows)} rows in "
+                 f"{time.monotonic() - t:.1f} s ({csvs[0]})")
         return rows
 
     def resume(self) -> int:
@@ -204,15 +212,18 @@ class Study:
         self.margins = dict(meta.noise_margins)
         self.verdicts = read_verdicts(self.out / "verdicts.csv")
         last = max((int(v["rep"]) for v in self.verdicts), default=0)
-        self.log(f"resumed: baseline {directory} ({meta.environment.gpu_name} on {meta.environment.host}, "
-                 f"{len(self.base_rows)} rows, {len(self.margins)} margins), {last} repetitions done")
+        self.log(f"resumed: baseline {directory} "
+                 f"({meta.environment.gpu_name} on {meta.environment.host}, "
+                 f"{len(self.base_rows)} rows, {len(self.margins)} margins), "
+                 f"{last} repetitions done")
         return last
 
     def design(self) -> dict:
         """What must not change between the segments of one study."""
         a = self.args
-        return {"matrix": a.matrix, "filter": a.filter, "paths": list(a.paths), "planted": list(a.plant),
-                "modes": list(a.modes), "settings": self.settings.to_dict(), "cases": len(self.cases)}
+        return {"matrix": a.matrix, "filter": a.filter, "paths": list(a.paths),
+                "planted": list(a.plant), "modes": list(a.modes),
+                "settings": self.settings.to_dict(), "cases": len(self.cases)}
 
     def check_same_study(self) -> None:
         """--resume with other options would mix two studies: refuse, naming the option."""
@@ -222,10 +233,12 @@ class Study:
         before = json.loads(path.read_text())
         for key, now in json.loads(json.dumps(self.design(), default=str)).items():
             if key in before and before[key] != now:
-                raise SystemExit(f"gate_study: --resume: {key} was {before[key]!r} in {path}, now {now!r}; "
+                raise SystemExit(f"gate_study: --resume: {key} was {before[key]!r} in {path}, "
+                                 f"now {now!r}; "
                                  "resume with the study's own options or choose a new --out")
 
-    def gate(self, rows, paths, rep: int, kind: str, planted: str = "", plans=None, aa=None) -> dict:
+    def gate(self, rows, paths, rep: int, kind: str, planted: str = "", plans=None,
+             aa=None) -> dict:
         base = [r for r in self.base_rows if r.path in paths]
         result = evaluate(rows, base, self.settings, margins=self.margins,
                           remeasure=self.session.remeasure_hook(self.args.matrix), partial=True,
@@ -238,7 +251,8 @@ class Study:
                 "rep": rep, "kind": kind, "planted_path": planted, "case_id": v.case_id, "M": r.M,
                 "path": v.path, "mode": v.mode, "verdict": str(v.verdict.value), "fails": v.fails,
                 "remeasured": v.remeasured, "base_us": v.base_median_us, "cur_us": v.cur_median_us,
-                "change": v.time_change, "p_value": v.p_value, "threshold": v.threshold, "margin": v.margin,
+                "change": v.time_change, "p_value": v.p_value, "threshold": v.threshold,
+                "margin": v.margin,
                 "aa_us": aa_med.get(v.key), "expected_slowdown": plan.get("expected_fraction"),
                 "first": next((x[len("re-measured (first: "):-1] for x in v.reasons
                                if x.startswith("re-measured (first: ")), ""),
@@ -271,8 +285,9 @@ def _segments(out: Path, study: Study, first: int) -> list[dict]:
     path = out / "segments.json"
     earlier = json.loads(path.read_text()) if path.is_file() else []
     env = study.session.env
-    return earlier + [{"commit": env.get("commit"), "gpu": env.get("gpu_name"), "host": env.get("host"),
-                       "gpu_uuid": env.get("gpu_uuid"), "started_rep": first, "reps": [first, first - 1],
+    return earlier + [{"commit": env.get("commit"), "gpu": env.get("gpu_name"),
+                       "host": env.get("host"), "gpu_uuid": env.get("gpu_uuid"),
+                       "started_rep": first, "reps": [first, first - 1],
                        "resumed": bool(earlier) or first > 1}]
 
 
@@ -282,7 +297,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     out = Path(args.out)
     if (out / "verdicts.csv").exists() and not args.resume:
-        raise SystemExit(f"gate_study: {out / 'verdicts.csv'} exists; choose a new --out or --resume")
+        raise SystemExit(
+            f"gate_study: {out / 'verdicts.csv'} exists; choose a new --out or --resume")
     if args.resume and not (out / "verdicts.csv").is_file():
         raise SystemExit(f"gate_study: --resume: {out / 'verdicts.csv'} does not exist")
     out.mkdir(parents=True, exist_ok=True)
@@ -297,7 +313,8 @@ def main(argv=None) -> int:
         log(f"no CUDA GPU visible to torch {torch.__version__}: the study measures a GPU")
         return 2
     study = Study(args, log)
-    log(f"{len(study.cases)} cases x {len(args.paths)} paths x {args.modes}; planted on {args.plant}")
+    log(f"{len(study.cases)} cases x {len(args.paths)} paths x {args.modes}; "
+        f"planted on {args.plant}")
     first = study.resume() + 1 if args.resume else (study.calibrate() or 1)
     segments = _segments(out, study, first)
     header = {"command": "harness study gate " + " ".join(argv or sys.argv[1:]),
@@ -320,8 +337,8 @@ def main(argv=None) -> int:
         write_verdicts(out / "verdicts.csv", study.verdicts)
         summary = summarize(study.verdicts)
         (out / "gate_study.md").write_text(render(summary, {**header, "reps_done": done}))
-        (out / "gate_study.json").write_text(json.dumps({**header, "reps_done": done, "summary": summary},
-                                                        indent=1, default=str))
+        (out / "gate_study.json").write_text(
+            json.dumps({**header, "reps_done": done, "summary": summary}, indent=1, default=str))
         log(f"rep {rep} took {durations[-1]:.1f} s")
     if done:
         log((out / "gate_study.md").read_text())

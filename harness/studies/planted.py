@@ -28,7 +28,8 @@ def scaled(rows, path, f):
     for r in rows:
         if r.path == path and r.status == "ok":
             smp = [x * f for x in r.samples()]
-            r = replace(r, samples_us=";".join(f"{x:.6g}" for x in smp), time_us_median=r.time_us_median * f)
+            r = replace(r, samples_us=";".join(f"{x:.6g}" for x in smp),
+                        time_us_median=r.time_us_median * f)
         out.append(r)
     return out
 
@@ -49,16 +50,18 @@ def main(argv: list[str] | None = None) -> int:
     for path in paths:
         caught_runs = rows_caught = rows_total = other = 0
         for cur in runs:
-            res = evaluate(scaled(cur, path, a.factor), base.rows, s, margins=base.margins, partial=True)
+            res = evaluate(scaled(cur, path, a.factor), base.rows, s, margins=base.margins,
+                           partial=True)
             mine = [v for v in res.verdicts if v.path == path and v.mode == "graph"
                     and v.current is not None and v.current.status == "ok"]
             hit = sum(v.verdict.value == "SLOWER" for v in mine)
             caught_runs += hit > 0
             rows_caught += hit
             rows_total += len(mine)
-            other += sum(v.path != path and v.mode == "graph" and v.verdict.value == "SLOWER" and v.fails
-                         for v in res.verdicts)
-        print(f"{path}: x{a.factor} caught in {caught_runs}/{len(runs)} runs, {rows_caught}/{rows_total} "
+            other += sum(v.path != path and v.mode == "graph" and v.verdict.value == "SLOWER"
+                         and v.fails for v in res.verdicts)
+        print(f"{path}: x{a.factor} caught in {caught_runs}/{len(runs)} runs, "
+              f"{rows_caught}/{rows_total} "
               f"graph rows SLOWER; SLOWER rows of other paths: {other}")
     for cur in runs:
         res = evaluate(cur, base.rows, s, margins=base.margins, partial=True)

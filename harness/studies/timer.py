@@ -180,7 +180,8 @@ def one(case, path, device, sampler, reps: int) -> dict:
         stats = torch.cuda.memory_stats()
         a0 = stats.get("allocation.all.allocated", 0)
         c.batch()
-        out["allocs_per_cold_batch"] = torch.cuda.memory_stats().get("allocation.all.allocated", 0) - a0
+        allocated = torch.cuda.memory_stats().get("allocation.all.allocated", 0)
+        out["allocs_per_cold_batch"] = allocated - a0
     c.close()
     del c
     torch.cuda.empty_cache()
@@ -216,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                        ("graph_clock", "graph_idle1_clock", "graph_idle3_clock", "cold_clock"))
         print(f"{r['case']:26s} {r['path']:12s} {r['R']:2d} {r['copies']:2d} "
               + " ".join(f"{r[c]:9.2f}" for c in cols)
-              + f"  {gp.get('sum_us', 0):6.2f} {gp.get('span_us', 0):6.2f} {cp.get('busy_us', 0):6.2f}  {clk}",
+              + f"  {gp.get('sum_us', 0):6.2f} {gp.get('span_us', 0):6.2f} "
+              f"{cp.get('busy_us', 0):6.2f}  {clk}",
               flush=True)
         if args.out:
             with open(args.out, "w", encoding="utf-8") as fh:

@@ -5,8 +5,9 @@ Every variant, on the parity chain's shapes, against exact arithmetic: the outpu
 (Marlin's own output + a_sum64 @ delta64) within 2 fp16 ULPs of the operands' scale, every
 element written (NaN-poisoned outputs), the accuracy gate vs the fp64 reference; the tiled
 kernels bit for bit equal to each other; planted defects (paths built with correction
-flags, the planted -delta and twice-applied correction paths) caught under every variant; Marlin's rc passed through; the graph cache, the grow-only scratch, graph
-capture of every variant, the environment switch and ``auto``; one smoke run of the study.
+flags, the planted -delta and twice-applied correction paths) caught under every variant;
+Marlin's rc passed through; the graph cache, the grow-only scratch, graph capture of every
+variant, the environment switch and ``auto``; one smoke run of the study.
 """
 
 from __future__ import annotations
@@ -86,9 +87,11 @@ def test_pdl_launches_are_not_refused(ext, cuda_device):
             ext.launch_empty(cuda_device.index, True)
             A = torch.randn(4, 1024, device=cuda_device).half()
             C = torch.zeros(4, 256, dtype=torch.float16, device=cuda_device)
-            ext.correction_variant(A, C, torch.ones(8, 256, device=cuda_device), cv.ext_id("fused_pdl"))
+            ext.correction_variant(A, C, torch.ones(8, 256, device=cuda_device),
+                                   cv.ext_id("fused_pdl"))
     torch.cuda.synchronize()
-    assert ext.pdl_fallbacks() == before, "the driver refused the PDL attribute (relaunched plainly)"
+    assert ext.pdl_fallbacks() == before, (
+        "the driver refused the PDL attribute (relaunched plainly)")
 
 
 def test_lean_marlin_only_equals_the_provider_call(mm, marlin_ext, cuda_device):
@@ -143,14 +146,16 @@ def test_tiled_kernels_agree_bit_for_bit(M, gs, K, ext, cuda_device):
         ext.correction_variant(A, C, pack.delta, cv.ext_id(v))
         outs[v] = C
     torch.cuda.synchronize()
-    assert torch.equal(outs["fused"], outs["side_stream"]) and torch.equal(outs["fused"], outs["fused_pdl"])
+    assert torch.equal(outs["fused"], outs["side_stream"])
+    assert torch.equal(outs["fused"], outs["fused_pdl"])
     ref = apply_marlin_correction(C0, A, pack.delta, pack.group_size)
     assert float(correction_ulps(outs["fused"], C0, ref - C0.double()).max()) <= 2.0
 
 
 @pytest.mark.parametrize("flags", [1, 2], ids=["fp16_accum", "skip_last_tile"])
 @pytest.mark.parametrize("variant", ["two_kernel_lean", "side_stream", "fused", "fused_pdl"])
-def test_planted_flags_are_caught_under_every_variant(variant, flags, ext, cuda_device, corr_inputs):
+def test_planted_flags_are_caught_under_every_variant(variant, flags, ext, cuda_device,
+                                                      corr_inputs):
     case = _cases("corr_kernel")[3]                          # M31 N1024 K4096 g128
     A, C0, pack = corr_inputs(case, cuda_device)
     corr = apply_marlin_correction(C0, A, pack.delta, pack.group_size) - C0.double()
@@ -239,7 +244,8 @@ def test_unsupported_problem_says_why(ext, cuda_device):
         ext.correction_variant(A, C, delta, cv.ext_id("fused"))
     ext.correction_variant(A, C, delta, cv.ext_id("two_kernel_lean"))   # the seed's kernels run it
     torch.cuda.synchronize()
-    assert torch.allclose(C.float(), A.float().sum(1, keepdim=True).expand(1, 100), rtol=2e-3, atol=2e-3)
+    assert torch.allclose(C.float(), A.float().sum(1, keepdim=True).expand(1, 100),
+                          rtol=2e-3, atol=2e-3)
 
 
 def test_variant_scratch_grows_and_keeps_old_buffers(ext, cuda_device):
@@ -249,7 +255,8 @@ def test_variant_scratch_grows_and_keeps_old_buffers(ext, cuda_device):
     for M, grows in ((1, 1), (1, 1), (600, 2)):
         A = torch.randn(M, 8192, device=cuda_device).half()
         C = torch.zeros(M, 256, dtype=torch.float16, device=cuda_device)
-        ext.correction_variant(A, C, torch.ones(64, 256, device=cuda_device), cv.ext_id("side_stream"))
+        ext.correction_variant(A, C, torch.ones(64, 256, device=cuda_device),
+                               cv.ext_id("side_stream"))
         ptr, cap, n, retired = ext.variant_scratch_state(dev)
         assert n == grows and retired == grows - 1 and cap >= M * 64 * 4
     torch.cuda.synchronize()
@@ -269,7 +276,8 @@ def test_environment_and_auto_select_the_variant(mm, marlin_ext, cuda_device, mo
     assert marlin_ext.graph_cache_size() == 1
     monkeypatch.setattr(cv, "AUTO_BY_CLASS", {"decode": "graph", "mid": "fused", "large": "fused"})
     monkeypatch.setenv(cv.VARIANT_ENV, "auto")
-    a16, a64 = MarlinAsymPath().prepare(w16, cuda_device), MarlinAsymPath().prepare(w64, cuda_device)
+    a16 = MarlinAsymPath().prepare(w16, cuda_device)
+    a64 = MarlinAsymPath().prepare(w64, cuda_device)
     assert a16.state["variant"] == a64.state["variant"] == "auto"
     out = MarlinAsymPath().run(a64, A64, _poison(case64.M, case64.N, cuda_device))
     torch.cuda.synchronize()

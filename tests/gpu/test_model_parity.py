@@ -100,5 +100,6 @@ def test_dispatch_on_agrees_with_off(scored, mode, gpu_out_dir):
         {"off": off, "on": on, "reference": ref, "drift": drift}, indent=1))
     assert math.isfinite(on) and math.isfinite(off)
     assert on < 0.5 * fx.config.vocab, "the quantized fixture should be far better than uniform"
-    assert abs(drift) < PPL_TOLERANCE, f"{mode}: PPL {on:.5f} vs dispatch off {off:.5f} ({drift:+.3%})"
+    assert abs(drift) < PPL_TOLERANCE, (
+        f"{mode}: PPL {on:.5f} vs dispatch off {off:.5f} ({drift:+.3%})")
     assert abs(on / ref - 1.0) < PPL_TOLERANCE, f"{mode}: PPL {on:.5f} vs fp32 reference {ref:.5f}"

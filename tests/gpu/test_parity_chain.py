@@ -57,7 +57,8 @@ def _ws(N, device):
 def test_symmetric_packer_marlin_vs_fp64(case, marlin_ext, cuda_device):
     data = case_data(case, symmetric=True)
     w = data.weight.to(cuda_device)
-    pack = marlin_pack_asymmetric(w, formula=PROVIDERS["quanto"].formula(marlin_groupsize(w.group_size, w.K)))
+    formula = PROVIDERS["quanto"].formula(marlin_groupsize(w.group_size, w.K))
+    pack = marlin_pack_asymmetric(w, formula=formula)
     A = data.A.to(cuda_device)
     C = _poison(case.M, case.N, cuda_device)
     rc = PROVIDERS["quanto"].gemm(A, pack, C, _ws(case.N, cuda_device), pack.marlin_groupsize)
@@ -134,13 +135,15 @@ def test_correction_kernels_match_python_within_2_ulp(case, ext, cuda_device, co
     A, C0, pack = corr_inputs(case, cuda_device)
     a_sum = ext.a_group_sum(A, pack.groups)
     ref_sum = a_group_sum(A, pack.group_size)
-    assert torch.allclose(a_sum.double(), ref_sum, rtol=1e-5, atol=1e-4 * ref_sum.abs().max().item())
+    assert torch.allclose(a_sum.double(), ref_sum, rtol=1e-5,
+                          atol=1e-4 * ref_sum.abs().max().item())
     C = C0.clone()
     ext.apply_correction(A, C, pack.delta)
     ref = apply_marlin_correction(C0, A, pack.delta, pack.group_size)
     ulps = _sum_ulps(C, ref, C0)
     assert ulps.max() <= 2.0, float(ulps.max())
-    assert accuracy_stats(C, ref).p99_ulp <= 1.0          # plain ULPs of |ref|, all but cancellations
+    # plain ULPs of |ref|, all but cancellations
+    assert accuracy_stats(C, ref).p99_ulp <= 1.0
     C2 = C0.clone()
     ext.correction_accum(C2, a_sum, pack.delta)
     assert torch.equal(C2, C)                               # same kernels, same bits
@@ -223,8 +226,8 @@ def test_negative_controls_fail_the_gate(control, case_id, mm_cases, marlin_ext,
 
 
 @pytest.mark.parametrize("case_id", [c.id for c in _cases("mm_asym") if c.per_row])
-def test_per_row_without_translation_falls_back_with_rc_2(case_id, mm_cases, marlin_ext, cuda_device,
-                                                          gates):
+def test_per_row_without_translation_falls_back_with_rc_2(case_id, mm_cases, marlin_ext,
+                                                          cuda_device, gates):
     case, A, w, ref = mm_cases[case_id]
     pack = marlin_pack_asymmetric(w)
     C = _poison(case.M, case.N, cuda_device)

@@ -56,7 +56,8 @@ def data_cache(cuda_device):
         if case.id not in cache:
             d = case_data(case)
             A = d.A.to(cuda_device)
-            cache[case.id] = (A, d.weight.to(cuda_device), reference_fp64(A, d.weight.to(cuda_device)))
+            cache[case.id] = (A, d.weight.to(cuda_device),
+                              reference_fp64(A, d.weight.to(cuda_device)))
         return cache[case.id]
 
     return get
@@ -124,7 +125,8 @@ def test_first_marlin_dispatch_is_logged_once(data_cache, marlin_ext, cuda_devic
         qg(A, _poison(case.M, case.N, cuda_device))
     err = capfd.readouterr().err
     lines = [x for x in err.splitlines() if x.startswith("[marlin]")]
-    assert lines == [f"[marlin] first dispatch ok: BT={case.M} N={case.N} K={case.K} gs={case.group_size}"]
+    assert lines == [f"[marlin] first dispatch ok: BT={case.M} N={case.N} K={case.K} "
+                     f"gs={case.group_size}"]
     assert [r.path for r in qg.records] == ["marlin_asym"] * 3
 
 
@@ -152,7 +154,8 @@ def test_tinygemm_signature_is_recorded(cuda_device, gpu_out_dir):
         pytest.skip(reason)
     schemas = op_schemas()
     (gpu_out_dir / "tinygemm_schemas.json").write_text(json.dumps(schemas, indent=2))
-    assert re.search(r"_convert_weight_to_int4pack\(Tensor self, int innerKTiles\)", schemas["_convert_weight_to_int4pack"])
+    assert re.search(r"_convert_weight_to_int4pack\(Tensor self, int innerKTiles\)",
+                     schemas["_convert_weight_to_int4pack"])
 
 
 def _time_us(fn, reps=25, warmup=3):
@@ -179,8 +182,9 @@ def test_write_parity_table(data_cache, ext, cuda_device, gpu_out_dir):
         d = decide_for_case(case, cuda_device, ON)
         for path in PATHS.select(None):
             row = {"case": case.id, "tags": ";".join(t for t in case.tags if t != "parity"),
-                   "path": path.name, "time_us": "", "marlin_only_us": "", "rel_err": "", "max_ulp": "",
-                   "taken": "", "dispatch": d.path + (f" ({d.fallback_reason})" if d.fallback_reason else "")}
+                   "path": path.name, "time_us": "", "marlin_only_us": "", "rel_err": "",
+                   "max_ulp": "", "taken": "",
+                   "dispatch": d.path + (f" ({d.fallback_reason})" if d.fallback_reason else "")}
             reason = path.unavailable_reason(cuda_device)
             if reason:
                 row["taken"] = f"unavailable: {reason}"
@@ -198,7 +202,8 @@ def test_write_parity_table(data_cache, ext, cuda_device, gpu_out_dir):
             t = _time_us(lambda p=path, pr=prepared, a=Ain, o=out: p.run(pr, a, o))
             only = getattr(path, "run_marlin_only", None)
             if only is not None:
-                row["marlin_only_us"] = f"{_time_us(lambda f=only, pr=prepared, a=Ain, o=out: f(pr, a, o)):.1f}"
+                t_only = _time_us(lambda f=only, pr=prepared, a=Ain, o=out: f(pr, a, o))
+                row["marlin_only_us"] = f"{t_only:.1f}"
             row.update(time_us=f"{t:.1f}",
                        rel_err=f"{acc.rel_err:.2e}", max_ulp=f"{acc.max_ulp:.1f}", taken=path.name)
             rows.append(row)
@@ -218,7 +223,8 @@ def test_write_parity_table(data_cache, ext, cuda_device, gpu_out_dir):
 
 
 def test_write_edges_dispatch_table(data_cache, marlin_ext, cuda_device, gpu_out_dir, gates):
-    lines = ["| case | tags | path taken | marlin gs | marlin rc | fallback reason | rel_err | time_us |",
+    lines = ["| case | tags | path taken | marlin gs | marlin rc | fallback reason | rel_err "
+             "| time_us |",
              "|---|---|---|---|---|---|---|---|"]
     for case in EDGES:
         A, w, ref = data_cache(case)
@@ -230,7 +236,8 @@ def test_write_edges_dispatch_table(data_cache, marlin_ext, cuda_device, gpu_out
         assert acc.passes(gates[0](rec.path, case)), (rec, acc)
         t = _time_us(lambda q=qg, a=A, o=out: q(a, o), reps=10)
         tags = ";".join(x for x in case.tags if x != "edges")
-        lines.append(f"| {case.id} | {tags} | {rec.path} | {rec.marlin_groupsize} | {rec.marlin_rc} | "
+        lines.append(f"| {case.id} | {tags} | {rec.path} | {rec.marlin_groupsize} "
+                     f"| {rec.marlin_rc} | "
                      f"{rec.fallback_reason} | {acc.rel_err:.2e} | {t:.1f} |")
     (gpu_out_dir / "edges_dispatch.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -3,8 +3,9 @@
     python3 -m pytest tests/gpu/test_planted_defects_gpu.py
 
 Each test runs the real runner on the GPU twice (clean, then with one defect of
-``planted.defects`` planted: a misbehaving path object put in the test's registry) and asserts the gate's verdict and reason on the affected
-rows (the clean rows are the baseline). The last test prints a summary table (also written
+``planted.defects`` planted: a misbehaving path object put in the test's registry) and
+asserts the gate's verdict and reason on the affected rows (the clean rows are the
+baseline). The last test prints a summary table (also written
 to ``$HARNESS_GPU_OUT/planted_defects_gpu.md``). Without a CUDA GPU, the harness extension
 or quanto's Marlin, every test skips with the precise reason (tests/gpu/conftest.py).
 Dispatch is on (TINYLOOP_USE_MARLIN=1, HARNESS_MARLIN_SM90=1) as in the bench sessions.
@@ -78,8 +79,8 @@ def _record(name: str, result, keys) -> dict:
     v = {x.key: x for x in result.verdicts}
     hit = [v[k] for k in keys]
     caught = all(x.fails for x in hit) and result.exit_code == 1
-    SUMMARY[name] = (caught, "; ".join(f"{x.case_id} {x.path} {x.mode}: {x.verdict} ({x.reason[:110]})"
-                                       for x in hit))
+    SUMMARY[name] = (caught, "; ".join(f"{x.case_id} {x.path} {x.mode}: {x.verdict} "
+                                       f"({x.reason[:110]})" for x in hit))
     return v
 
 
@@ -134,7 +135,8 @@ def test_fp16_accumulation_is_less_accurate_against_the_baseline(gpu):
         rows = _run(gpu, reg, (MANY_GROUPS,))
     key = (MANY_GROUPS.id, "marlin_asym", "cold")
     v = _record("fp16_accumulation", evaluate(rows, base, FAST), [key])
-    assert v[key].verdict in (Verdict.LESS_ACCURATE, Verdict.WORSE_ACCURACY) and v[key].fails, v[key].reasons
+    assert v[key].verdict in (Verdict.LESS_ACCURATE, Verdict.WORSE_ACCURACY), v[key].reasons
+    assert v[key].fails, v[key].reasons
     assert any(r.startswith("rel_err") and " grew " in r or r.startswith("rms_ulp_p99 ")
                for r in v[key].reasons), v[key].reasons
     assert rows[0].rel_err > base[0].rel_err * (1 + FAST.rel_err_growth)      # same case, same data
@@ -195,8 +197,8 @@ def test_a_five_percent_slowdown_is_slower_in_graph_mode(gpu):
 
     base, cur = clean(), slow()
     key = (DECODE.id, "fp16_cache", "graph")
-    v = _record("slowdown_5pct", evaluate(cur, base, settings, remeasure=lambda keys: (clean(), slow())),
-                [key])
+    v = _record("slowdown_5pct",
+                evaluate(cur, base, settings, remeasure=lambda keys: (clean(), slow())), [key])
     expected = ", ".join(f"{p['expected_fraction']:+.1%}" for p in planted)
     clocks = f"clock {cur[0].clock_start_mhz:.0f}->{cur[0].clock_end_mhz:.0f} MHz"
     name, text = SUMMARY["slowdown_5pct"][1], f"planted {expected} ({clocks})"
@@ -227,7 +229,8 @@ def test_zz_summary(gpu_out_dir, capsys):
     lines = ["| defect | caught | verdicts (reason) |", "|---|---|---|"]
     lines += [f"| {n} | {'yes' if ok else 'NO'} | {text} |" for n, (ok, text) in SUMMARY.items()]
     missing = sorted(set(defects.DEFECTS) - set(SUMMARY))
-    lines.append(f"\n{sum(ok for ok, _ in SUMMARY.values())} of {len(SUMMARY)} planted defects caught"
+    lines.append(f"\n{sum(ok for ok, _ in SUMMARY.values())} of {len(SUMMARY)} "
+                 "planted defects caught"
                  + (f"; not run: {', '.join(missing)}" if missing else ""))
     table = "\n".join(lines)
     (gpu_out_dir / "planted_defects_gpu.md").write_text(table + "\n")

@@ -59,7 +59,7 @@ def test_eager_timer_reports_the_device_time_not_the_host(cuda_device):
 def test_a_host_that_falls_behind_is_reported(cuda_device):
     step = _slow_host_step(cuda_device)
     timer = EventBatchTimer(step, CALLS, cuda_device)
-    timer.MAX_SPIN_US = 1.0                                      # no room: the host must fall behind
+    timer.MAX_SPIN_US = 1.0                         # no room: the host must fall behind
     t = _median(timer, n=5)
     assert timer.behind == timer.batches == 5, timer.note()      # the first batch is not counted
     assert timer.note().startswith("host behind the device in 5 of 5 eager batches")

@@ -48,7 +48,8 @@ class WrappedPath(GemmPath):
     def __init__(self, inner: GemmPath) -> None:
         self.inner = inner
         self.name, self.role, self.description = inner.name, inner.role, inner.description
-        self.nondeterminism, self.is_marlin, self.kinds = inner.nondeterminism, inner.is_marlin, inner.kinds
+        self.nondeterminism, self.is_marlin = inner.nondeterminism, inner.is_marlin
+        self.kinds = inner.kinds
         self.device_types, self.min_capability = inner.device_types, inner.min_capability
         self.variants, self.weight_formula = inner.variants, inner.weight_formula
 
@@ -167,9 +168,9 @@ class SlowdownPath(WrappedPath):
     the inner call alone (t0), of a 1-cycle sleep alone (the extra node's own cost) and of
     a long probe sleep alone (cycles per µs). The sleep then adds ``fraction`` x the inner time in
     total; where the extra node alone costs more than that, the planted slowdown is larger
-    than asked. ``plans_by_shape[(M, N, K)]`` keeps what was measured and the slowdown to expect, so a study
-    can report the slowdown it really planted. Falls back to events around single eager
-    calls when a capture fails.
+    than asked. ``plans_by_shape[(M, N, K)]`` keeps what was measured and the slowdown to
+    expect, so a study can report the slowdown it really planted. Falls back to events
+    around single eager calls when a capture fails.
     """
 
     GRAPH_CALLS = 20
@@ -225,7 +226,8 @@ class SlowdownPath(WrappedPath):
         cycles = max(1, round((self.fraction * t0 - node) / rate))
         shape = (int(A.shape[0]), int(out.shape[1]), int(A.shape[1]))
         self.plans_by_shape.setdefault(shape, []).append({
-            "timer": how, "inner_us": t0, "sleep_node_us": node, "us_per_cycle": rate, "cycles": cycles,
+            "timer": how, "inner_us": t0, "sleep_node_us": node, "us_per_cycle": rate,
+            "cycles": cycles,
             "expected_fraction": (node + cycles * rate) / t0 if t0 > 0 else float("nan")})
         return cycles
 

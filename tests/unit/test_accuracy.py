@@ -199,7 +199,8 @@ def _rms_example():
 
 def test_rms_ulp_by_hand_with_a_zero_row():
     ref, out = _rms_example()
-    assert row_rms(ref).tolist() == pytest.approx([1.0, 0.0, np.sqrt((2.0 ** -20 + 25.0) / 4)], rel=1e-15)
+    assert row_rms(ref).tolist() == pytest.approx([1.0, 0.0, np.sqrt((2.0 ** -20 + 25.0) / 4)],
+                                                  rel=1e-15)
     assert rms_ulp_error(out, ref).tolist() == [[1.0, 0.0, 0.0, 2.0],
                                                 [0.0, 1.0, 0.0, 0.0],
                                                 [0.5, 0.0, 0.0, 3.0]]
@@ -213,7 +214,7 @@ def test_rms_ulp_by_hand_with_a_zero_row():
 
 
 def test_rms_ulp_bf16_rows_and_shapes():
-    ref = np.array([[3.0, 4.0], [0.0, 0.0]])            # RMS sqrt(12.5) = 3.54 in [2, 4): bf16 ulp 2^-6
+    ref = np.array([[3.0, 4.0], [0.0, 0.0]])  # RMS sqrt(12.5) = 3.54 in [2, 4): bf16 ulp 2^-6
     out = ref + np.array([[2.0 ** -6, 2.0 ** -5], [0.0, 2.0 ** -133]])
     assert rms_ulp_error(out, ref, "bfloat16").tolist() == [[1.0, 2.0], [0.0, 1.0]]
     s = accuracy_stats(torch.tensor(out), torch.tensor(ref), dtype=torch.bfloat16)
@@ -221,7 +222,8 @@ def test_rms_ulp_bf16_rows_and_shapes():
     # 1-D: one row; 3-D: rows over the last axis; 0-d: its own magnitude
     assert rms_ulp_error([1.0, 1.0 + 2.0 ** -10], [1.0, 1.0]).tolist() == [0.0, 1.0]
     ref3 = np.stack([ref, 2 * ref])
-    assert np.array_equal(rms_ulp_error(ref3 + 2.0 ** -6, ref3, "bfloat16")[0], rms_ulp_error(ref + 2.0 ** -6, ref, "bfloat16"))
+    assert np.array_equal(rms_ulp_error(ref3 + 2.0 ** -6, ref3, "bfloat16")[0],
+                          rms_ulp_error(ref + 2.0 ** -6, ref, "bfloat16"))
     assert rms_ulp_error(1.5, 1.0) == 512.0
     with pytest.raises(ValueError, match="^out:"):
         rms_ulp_error(np.zeros((2, 3)), np.zeros((3, 2)))

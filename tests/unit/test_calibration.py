@@ -64,7 +64,8 @@ def test_a_key_in_one_run_gets_no_margin_and_bad_input_is_refused():
 
 def test_medoid_rows_take_the_middle_run_not_an_outlier():
     base = make_rows(ms=(16,), paths=("fp16_cache",), peers=())
-    runs = [resample(base, s, factor={"fp16_cache": f}) for s, f in ((1, 0.90), (2, 1.0), (3, 1.01))]
+    runs = [resample(base, s, factor={"fp16_cache": f})
+            for s, f in ((1, 0.90), (2, 1.0), (3, 1.01))]
     rows, source = medoid_rows(runs)
     assert set(source.values()) == {1}           # nearest the median of 0.90, 1.00, 1.01
     assert [r.time_us_median for r in rows] == [r.time_us_median for r in runs[1]]
@@ -81,13 +82,15 @@ def _ids(uuid: str, boot: str = "") -> dict:
 def test_machine_label_prefers_the_boot_id():
     env = replace(Environment.from_dict({"gpu_uuid": "GPU-1", "boot_id": "b-7"}), host="h")
     assert machine_label(env) == "boot:b-7"
-    assert machine_label(replace(Environment.from_dict({"gpu_uuid": "GPU-1"}), host="h")) == "h/GPU-1"
+    no_boot = replace(Environment.from_dict({"gpu_uuid": "GPU-1"}), host="h")
+    assert machine_label(no_boot) == "h/GPU-1"
     assert machine_label(Environment()) == ""
 
 
 def _fleet(machines: int, per_machine: int, offset_sd: float, seed: int):
     """Runs with a per-(row, machine) offset of ``offset_sd`` (log) and 0.3% sample noise."""
-    base = make_rows(ms=(1, 16, 64, 256), paths=("fp16_cache", "marlin_asym", "native_int4"), peers=())
+    base = make_rows(ms=(1, 16, 64, 256), paths=("fp16_cache", "marlin_asym", "native_int4"),
+                     peers=())
     rng = np.random.default_rng(seed)
     runs, labels = [], []
     for m in range(machines):
@@ -151,7 +154,8 @@ def test_record_refuses_runs_of_two_commits(tmp_path, capsys):
     rows = make_rows(ms=(1,), peers=())
     for i, commit in enumerate(("a" * 40, "b" * 40)):
         env = Environment(arch="sm90", gpu_name="synthetic H200", commit=commit)
-        write_run(tmp_path / f"r{i}", replace_commit(rows, commit), RunMeta(matrix="synthetic", environment=env))
+        write_run(tmp_path / f"r{i}", replace_commit(rows, commit),
+                  RunMeta(matrix="synthetic", environment=env))
     assert main(["baseline", "record", "--runs", str(tmp_path / "r0"), str(tmp_path / "r1"),
                  "--root", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip()

@@ -10,7 +10,8 @@ def test_id_is_stable_and_encodes_shape():
     c = GemmCase(M=16, N=6144, K=2048, group_size=128)
     assert c.id == "M16-N6144-K2048-g128-s0"
     assert GemmCase(M=1, N=2048, K=8192, group_size=8192, seed=3).id == "M1-N2048-K8192-gK-s3"
-    assert GemmCase(M=4, N=256, K=256, group_size=128, kind="swiglu_pair").id.startswith("swiglu_pair-")
+    pair = GemmCase(M=4, N=256, K=256, group_size=128, kind="swiglu_pair")
+    assert pair.id.startswith("swiglu_pair-")
 
 
 def test_tags_do_not_change_identity():
@@ -67,7 +68,8 @@ def test_production_matrix_covers_the_seed_model():
 
 def test_parity_matrix_stage_counts_and_coverage():
     cases = MATRICES.cases("parity")
-    count = {s: sum(s in c.tags for c in cases) for s in ("pack_sym", "py_correction", "corr_kernel", "mm_asym")}
+    count = {s: sum(s in c.tags for c in cases)
+             for s in ("pack_sym", "py_correction", "corr_kernel", "mm_asym")}
     assert count == {"pack_sym": 3, "py_correction": 4, "corr_kernel": 5, "mm_asym": 7}
     assert any(c.M < 16 for c in cases)
     assert any(c.M % 16 for c in cases if c.M > 16)
@@ -82,7 +84,8 @@ def test_edges_cover_both_sides_of_every_precondition():
     assert {15, 16} <= ms
     assert any(c.K % 128 for c in cases) and any(c.K % 128 == 0 for c in cases)
     assert any(c.N % 128 for c in cases) and any(c.N % 128 == 0 for c in cases)
-    assert any(c.N % 256 and c.M > 16 for c in cases) and any(c.N % 256 == 0 and c.M > 16 for c in cases)
+    assert any(c.N % 256 and c.M > 16 for c in cases)
+    assert any(c.N % 256 == 0 and c.M > 16 for c in cases)
     assert any(c.per_row for c in cases)
     assert any(c.N == 50257 for c in cases)
 

@@ -63,7 +63,8 @@ def test_study_planted_gates_stored_runs_offline(tmp_path, capsys):
     base = make_rows(ms=(1, 16, 64), n_samples=60)
     write_baseline_matrix(tmp_path / "baselines", base,
                           BaselineMeta("synthetic", "sm90", ENV, rows_sha256=""))
-    run = write_run(tmp_path / "run", resample(base, seed=3), RunMeta(matrix="synthetic", environment=ENV))
+    run = write_run(tmp_path / "run", resample(base, seed=3),
+                    RunMeta(matrix="synthetic", environment=ENV))
     assert cli.main(["study", "planted", "--baselines", str(tmp_path / "baselines"),
                      "--matrix", "synthetic", "--factor", "1.5", str(run)]) == 0
     out = capsys.readouterr().out

@@ -33,7 +33,8 @@ def test_ext_ids_are_positions_in_ext_variants():
         if v.ext_id is not None:
             assert cv.EXT_VARIANTS[v.ext_id] == name
     assert {n for n, v in cv.VARIANTS.items() if v.ext_id is not None} == set(cv.EXT_VARIANTS)
-    assert cv.CORRECTIONS == ("two_kernel", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl")
+    assert cv.CORRECTIONS == ("two_kernel", "two_kernel_lean", "graph", "side_stream", "fused",
+                              "fused_pdl")
     assert cv.STUDIED[0] == "marlin_only" and set(cv.FLOORS) == {"empty", "empty_pdl"}
 
 
@@ -58,8 +59,8 @@ def test_check_extension_names_catches_a_mismatch():
 
 
 # ------------------------------------------------------------------ selection
-@pytest.mark.parametrize("M,cls", [(1, "decode"), (16, "decode"), (17, "mid"), (32, "mid"), (256, "mid"),
-                                   (257, "large"), (1024, "large")])
+@pytest.mark.parametrize("M,cls", [(1, "decode"), (16, "decode"), (17, "mid"), (32, "mid"),
+                                   (256, "mid"), (257, "large"), (1024, "large")])
 def test_shape_class_bounds(M, cls):
     assert cv.shape_class(M) == cls
 
@@ -84,8 +85,10 @@ def test_resolve_variant_argument_then_env_then_default(monkeypatch):
 
 
 def test_auto_follows_auto_by_class(monkeypatch):
-    monkeypatch.setattr(cv, "AUTO_BY_CLASS", {"decode": "fused_pdl", "mid": "side_stream", "large": "graph"})
-    assert [cv.concrete_variant("auto", m) for m in (1, 64, 1024)] == ["fused_pdl", "side_stream", "graph"]
+    monkeypatch.setattr(cv, "AUTO_BY_CLASS",
+                        {"decode": "fused_pdl", "mid": "side_stream", "large": "graph"})
+    assert ([cv.concrete_variant("auto", m) for m in (1, 64, 1024)]
+            == ["fused_pdl", "side_stream", "graph"])
     assert cv.concrete_variant("fused", 1024) == "fused"
     monkeypatch.setattr(cv, "AUTO_BY_CLASS", {"decode": "auto", "mid": "x"})
     with pytest.raises(cv.CorrectionVariantError, match="AUTO_BY_CLASS"):
@@ -167,7 +170,8 @@ def test_upstream_provider_runs_two_kernel_only(small_case, monkeypatch):
 
 # ------------------------------------------------------------------ the study's metric
 def test_fp16_ulp_matches_the_harness_ulp_size():
-    x = np.array([0.0, 2.0 ** -30, 2.0 ** -24, 3e-6, 2.0 ** -14, 0.1, 0.5, 1.0, 1.5, 2.0, 1000.0, 65504.0, 7e4])
+    x = np.array([0.0, 2.0 ** -30, 2.0 ** -24, 3e-6, 2.0 ** -14, 0.1, 0.5, 1.0, 1.5, 2.0, 1000.0,
+                  65504.0, 7e4])
     got = study.fp16_ulp(torch.from_numpy(-x)).numpy()
     assert np.array_equal(got, ulp_size(x, "float16"))
 
@@ -207,8 +211,9 @@ def _rows():
     for (cid, M), per in spec.items():
         for mode_i, mode in enumerate(("cold", "graph")):
             t_m = 10.0
-            rows.append({"case_id": cid, "M": M, "shape_class": cv.shape_class(M), "variant": "marlin_only",
-                         "mode": mode, "status": "ok", "time_us": t_m, "marlin_us": t_m, "correct": True})
+            rows.append({"case_id": cid, "M": M, "shape_class": cv.shape_class(M),
+                         "variant": "marlin_only", "mode": mode, "status": "ok", "time_us": t_m,
+                         "marlin_us": t_m, "correct": True})
             for v, pct in per.items():
                 correct = not (v == "fused" and cid == "M16")
                 t = t_m * (1 + pct[mode_i] / 100)
@@ -222,7 +227,8 @@ def _rows():
 
 def test_summarize_counts_and_medians():
     s = {(r["variant"], r["mode"]): r for r in study.summarize(_rows())}
-    assert set(s) == {(v, m) for v in ("two_kernel", "fused", "side_stream") for m in ("cold", "graph")}
+    assert set(s) == {(v, m) for v in ("two_kernel", "fused", "side_stream")
+                      for m in ("cold", "graph")}
     assert s[("fused", "graph")]["incorrect"] == 2 // 2
     assert s[("side_stream", "graph")]["median_overhead_pct"] == 6
     assert s[("two_kernel", "cold")]["max_overhead_pct"] == 70
@@ -234,8 +240,8 @@ def test_recommend_skips_a_variant_wrong_anywhere_in_the_class():
     assert picks["decode"]["variant"] == "side_stream"      # fused is wrong at M16
     assert picks["mid"]["variant"] == "side_stream"
     assert picks["mid"]["score_pct"] == pytest.approx(6.0)
-    assert study.auto_line(picks) == ('AUTO_BY_CLASS = {"decode": "side_stream", "mid": "side_stream", '
-                                      '"large": "two_kernel"}')
+    assert study.auto_line(picks) == ('AUTO_BY_CLASS = {"decode": "side_stream", '
+                                      '"mid": "side_stream", "large": "two_kernel"}')
 
 
 def test_recommend_leaves_out_marlins_own_failures():
@@ -260,7 +266,8 @@ def test_recommend_leaves_out_marlins_own_failures():
 
 def test_targets_on_the_recommended_choice():
     rows = _rows()
-    res = {name: (ok, val) for name, ok, val in study.evaluate_targets(rows, study.recommend(rows, ["fused", "side_stream"]))}
+    picks = study.recommend(rows, ["fused", "side_stream"])
+    res = {name: (ok, val) for name, ok, val in study.evaluate_targets(rows, picks)}
     assert res["graph overhead median <= 5%"] == (False, "6.0%")
     assert res["graph overhead <= 10% at every shape"][0] is True
     assert res["eager within 15% of Marlin at every shape"][0] is True
@@ -306,7 +313,8 @@ def test_sanity_pass_isolates_a_crashing_variant(tmp_path, monkeypatch):
     args = study.parse_args(["--out", str(tmp_path), "--variants", "graph,fused,side_stream,empty"])
     lines = []
     failed = study.sanity_pass(args, tmp_path, lines.append)
-    assert calls == [["marlin_only", "graph", "fused", "side_stream", "empty"], ["side_stream", "empty"]]
+    assert calls == [["marlin_only", "graph", "fused", "side_stream", "empty"],
+                     ["side_stream", "empty"]]
     assert set(failed) == {"graph", "fused"}
     assert failed["graph"] == "boom" and "died in this variant" in failed["fused"]
     assert "illegal memory access" in failed["fused"]
@@ -316,7 +324,8 @@ def test_sanity_pass_isolates_a_crashing_variant(tmp_path, monkeypatch):
 
 def test_sanity_pass_that_never_starts_excludes_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(study.subprocess, "run",
-                        lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "", "ImportError: x\n"))
+                        lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, "",
+                                                                      "ImportError: x\n"))
     args = study.parse_args(["--out", str(tmp_path), "--variants", "fused"])
     lines = []
     assert study.sanity_pass(args, tmp_path, lines.append) == {}

@@ -23,7 +23,8 @@ class Varies(GemmPath):
         return None
 
     def prepare(self, weight, device):
-        return Prepared(self.name, weight, device, state={"W": weight.dequantize(torch.float64).float(), "n": 0})
+        return Prepared(self.name, weight, device,
+                        state={"W": weight.dequantize(torch.float64).float(), "n": 0})
 
     def run(self, prepared, A, out):
         out.copy_(A.float() @ prepared.state["W"])

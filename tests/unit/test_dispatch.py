@@ -49,7 +49,8 @@ EXPECTED_RC = {"n_not_mult_256_m_gt_16": 1, "group_64_no_kernel": 2}
 
 
 def _traits(case, **kw):
-    base = WeightTraits(case.K, case.N, case.group_size, has_marlin_pack=dp.packable(case.K, case.N))
+    base = WeightTraits(case.K, case.N, case.group_size,
+                        has_marlin_pack=dp.packable(case.K, case.N))
     return dataclasses.replace(base, **kw)
 
 
@@ -63,7 +64,8 @@ def test_edges_matrix_decisions(case):
     assert (d.fallback_reason == "") == (path == "marlin_asym")
     if path == "marlin_asym":
         assert d.marlin_groupsize == (-1 if case.per_row else case.group_size)
-        assert expected_marlin_rc(case.M, case.N, case.K, d.marlin_groupsize) == EXPECTED_RC.get(tag, 0)
+        rc = expected_marlin_rc(case.M, case.N, case.K, d.marlin_groupsize)
+        assert rc == EXPECTED_RC.get(tag, 0)
 
 
 @pytest.mark.parametrize("case", EDGES, ids=lambda c: f"{c.tags[0]}-{c.id}")
@@ -95,7 +97,8 @@ def test_each_precondition_on_both_sides():
         "N=2112 % 128": dict(traits=dataclasses.replace(ok, N=2112)),
     }
     for reason, kw in flips.items():
-        d = decide(kw.get("traits", ok), kw.get("M", 16), kw.get("cap", ADA), kw.get("settings", ON))
+        d = decide(kw.get("traits", ok), kw.get("M", 16), kw.get("cap", ADA),
+                   kw.get("settings", ON))
         assert d.path == "native_int4", reason
         assert reason in d.fallback_reason, (reason, d.fallback_reason)
         assert len(d.failed) == 1, d.failed
@@ -106,7 +109,8 @@ def test_each_precondition_on_both_sides():
 
 def test_several_failures_are_all_recorded():
     case = next(c for c in EDGES if "bt_16" in c.tags)
-    d = decide(dataclasses.replace(_traits(case), N=2112), 3, (7, 5), DispatchSettings(marlin_enabled=False))
+    d = decide(dataclasses.replace(_traits(case), N=2112), 3, (7, 5),
+               DispatchSettings(marlin_enabled=False))
     assert len(d.failed) == 4 and d.fallback_reason.count(";") == 3
 
 
@@ -161,7 +165,8 @@ def test_minus_one_translation():
 @pytest.mark.parametrize("M,N,K,gs,rc", [
     (16, 256, 256, 128, 0), (16, 128, 256, 128, 0), (17, 128, 256, 128, 1), (17, 256, 128, 128, 0),
     (16, 256, 192, 128, 1), (16, 256, 256, 64, 2), (16, 256, 256, 256, 2), (64, 256, 2048, -1, 0),
-    (100, 2048, 2048, 128, 0), (1024, 2048, 2048, 128, 0), (2000, 256, 256, 128, 0), (0, 256, 256, 128, 0),
+    (100, 2048, 2048, 128, 0), (1024, 2048, 2048, 128, 0), (2000, 256, 256, 128, 0),
+    (0, 256, 256, 128, 0),
 ])
 def test_expected_marlin_rc_model(M, N, K, gs, rc):
     assert expected_marlin_rc(M, N, K, gs) == rc
@@ -195,7 +200,8 @@ def _native(A, out):
 def test_quant_gemm_records_the_rc_fallback():
     w = _weight(K=256, N=256, gs=64)                 # no g64 kernel: rc 2
     fake = FakeMarlin()
-    qg = QuantGemm(w, torch.device("cpu"), ON, capability=ADA, marlin_call=fake, native_call=_native)
+    qg = QuantGemm(w, torch.device("cpu"), ON, capability=ADA, marlin_call=fake,
+                   native_call=_native)
     out = torch.full((16, 256), float("nan"), dtype=torch.float16)
     rec = qg(torch.ones(16, 256, dtype=torch.float16), out)
     assert fake.calls == [64]
@@ -205,7 +211,8 @@ def test_quant_gemm_records_the_rc_fallback():
 
 def test_quant_gemm_per_row_translation_and_its_defect():
     w = _weight(K=256, N=256, gs=256)
-    for translate, path, rc, value in ((True, "marlin_asym", 0, 7.0), (False, "native_int4", 2, 3.0)):
+    for translate, path, rc, value in ((True, "marlin_asym", 0, 7.0),
+                                       (False, "native_int4", 2, 3.0)):
         settings = dataclasses.replace(ON, translate_per_row=translate)
         qg = QuantGemm(w, torch.device("cpu"), settings, capability=ADA, marlin_call=FakeMarlin(),
                        native_call=_native)
@@ -218,7 +225,8 @@ def test_quant_gemm_per_row_translation_and_its_defect():
 
 def test_quant_gemm_precondition_fallback_never_calls_marlin():
     fake = FakeMarlin()
-    qg = QuantGemm(_weight(), torch.device("cpu"), ON, capability=ADA, marlin_call=fake, native_call=_native)
+    qg = QuantGemm(_weight(), torch.device("cpu"), ON, capability=ADA, marlin_call=fake,
+                   native_call=_native)
     rec = qg(torch.ones(8, 256, dtype=torch.float16), torch.empty(8, 256, dtype=torch.float16))
     assert fake.calls == [] and rec.path == "native_int4" and rec.marlin_rc is None
     assert rec.fallback_reason == "BT=8 < 16"
@@ -228,7 +236,8 @@ def test_quant_gemm_fp16_cache_and_real_native_on_cpu():
     w = _weight()
     A = torch.linspace(-1, 1, 16 * 256).reshape(16, 256).half()
     ref = A.double() @ w.dequantize()
-    qg = QuantGemm(w, torch.device("cpu"), ON, fp16_cache=True, capability=ADA, marlin_call=FakeMarlin())
+    qg = QuantGemm(w, torch.device("cpu"), ON, fp16_cache=True, capability=ADA,
+                   marlin_call=FakeMarlin())
     out = torch.full((16, 256), float("nan"), dtype=torch.float16)
     assert qg(A, out).path == "fp16_cache"
     assert torch.allclose(out.double(), ref, rtol=1e-2, atol=1e-2)
@@ -253,8 +262,8 @@ def test_first_successful_dispatch_logged_once(capsys):
 
 def test_no_log_when_marlin_fails(capsys):
     quant_gemm.reset_first_dispatch_log()
-    qg = QuantGemm(_weight(gs=64), torch.device("cpu"), ON, capability=ADA, marlin_call=FakeMarlin(),
-                   native_call=_native)
+    qg = QuantGemm(_weight(gs=64), torch.device("cpu"), ON, capability=ADA,
+                   marlin_call=FakeMarlin(), native_call=_native)
     qg(torch.ones(16, 256, dtype=torch.float16), torch.empty(16, 256, dtype=torch.float16))
     assert "[marlin]" not in capsys.readouterr().err
 
@@ -279,11 +288,13 @@ def test_marlin_paths_declare_the_shapes_marlin_rejects_before_the_call():
         for case in MATRICES.cases("edges") + MATRICES.cases("parity"):
             why = path.unsupported_reason(case)
             packable = case.N % 64 == 0 and case.K % 16 == 0
-            rc = expected_marlin_rc(case.M, case.N, case.K, marlin_groupsize_for(case.group_size, case.K))
+            rc = expected_marlin_rc(case.M, case.N, case.K,
+                                    marlin_groupsize_for(case.group_size, case.K))
             assert (why is None) == (packable and rc == 0), (name, case.id, why)
             if why and packable:
                 assert f"rc={rc}" in why
-    reasons = {c.id: PATHS.get("marlin_asym").unsupported_reason(c) for c in MATRICES.cases("edges")}
+    marlin = PATHS.get("marlin_asym")
+    reasons = {c.id: marlin.unsupported_reason(c) for c in MATRICES.cases("edges")}
     assert "rc=2" in reasons["M16-N2048-K2048-g64-s2"]
     assert "rc=1" in reasons["M32-N2176-K2048-g128-s2"]
     assert reasons["M16-N2176-K2048-g128-s2"] is None       # thread_n 128 at M <= 16 runs

@@ -67,7 +67,8 @@ def test_the_spin_covers_the_last_enqueue_time(monkeypatch):
     sim = Sim(monkeypatch, [10.0])                        # 64 calls x 10 µs = 640 µs of host
     t = _timer(sim)
     per_call = [t() for _ in range(5)]
-    assert per_call == [pytest.approx(DEVICE_MS * 1e3 / 64)] * 5      # the events' time, not the host's
+    # the events' time, not the host's
+    assert per_call == [pytest.approx(DEVICE_MS * 1e3 / 64)] * 5
     assert sim.spins[0] == pytest.approx(1.5 * 20.0 * 64 + 50.0)      # first: the 20 µs/call guess
     assert sim.spins[1:] == [pytest.approx(1.5 * 640.0 + 50.0)] * 4   # then 1.5 x measured + 50
     assert (t.batches, t.behind, t.note()) == (4, 0, "")

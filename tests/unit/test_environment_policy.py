@@ -28,10 +28,11 @@ from harness.results.store import RunMeta, load_run, write_run
 
 S = load_settings("default")
 SETTINGS = S.to_dict()
-ENV = Environment(arch="sm90", gpu_name="NVIDIA H200", compute_capability="9.0", torch="2.11.0+cu130",
-                  cuda="13.0", driver="580.1", quanto="0.2.6", python="3.11.7", host="gpu-a",
-                  commit="a" * 40, gpu_uuid="GPU-aaaa", boot_id="boot-a", sm_clock_max_mhz="1980",
-                  sm_clock_app_mhz="1755", power_limit_w="700")
+ENV = Environment(arch="sm90", gpu_name="NVIDIA H200", compute_capability="9.0",
+                  torch="2.11.0+cu130", cuda="13.0", driver="580.1", quanto="0.2.6",
+                  python="3.11.7", host="gpu-a", commit="a" * 40, gpu_uuid="GPU-aaaa",
+                  boot_id="boot-a", sm_clock_max_mhz="1980", sm_clock_app_mhz="1755",
+                  power_limit_w="700")
 DRIVER = "driver differs: baseline 580.1, this run 590.0"
 
 
@@ -71,7 +72,8 @@ def test_cpu_threads_are_refused_and_a_run_of_fewer_modes_is_not():
     # a graph-only run (e.g. the planted-slowdown check) is gated on its graph rows
     assert check_environment(ENV, ENV, cold_graph, graph) == []
     assert check_environment(ENV, ENV, cold_graph,
-                             measured_settings(SETTINGS, {"modes": ["graph", "cold"], "cpu_threads": 32})) == []
+                             measured_settings(SETTINGS, {"modes": ["graph", "cold"],
+                                                          "cpu_threads": 32})) == []
     cpu = replace(ENV, arch="cpu", gpu_name="")
     one, two = (measured_settings(SETTINGS, {"modes": ["cpu"], "cpu_threads": n}) for n in (1, 2))
     _refused("setting cpu_threads differs", "baseline 1", "this run 2", base_env=cpu, cur_env=cpu,
@@ -82,7 +84,8 @@ def test_cpu_threads_are_refused_and_a_run_of_fewer_modes_is_not():
 
 def test_a_baseline_or_run_without_environment_is_refused():
     _refused("no environment metadata", "re-record", base_env=Environment(), cur_env=ENV)
-    _refused("this run records no environment metadata", base_env=ENV, cur_env=Environment(commit="x"))
+    _refused("this run records no environment metadata", base_env=ENV,
+             cur_env=Environment(commit="x"))
 
 
 @pytest.mark.parametrize("change, warning", [
@@ -101,8 +104,8 @@ def test_software_clock_and_power_differences_warn_and_strict_refuses(change, wa
 
 
 def test_another_machine_of_the_same_model_and_unknown_facts_pass_silently():
-    other = replace(ENV, host="gpu-b", gpu_uuid="GPU-bbbb", boot_id="boot-b", sm_clock_app_mhz="1980",
-                    python="3.12.1", date="2027-01-01", commit="b" * 40)
+    other = replace(ENV, host="gpu-b", gpu_uuid="GPU-bbbb", boot_id="boot-b",
+                    sm_clock_app_mhz="1980", python="3.12.1", date="2027-01-01", commit="b" * 40)
     assert check_environment(ENV, other, SETTINGS, SETTINGS, strict=True) == []
     unknown = replace(ENV, driver="", quanto="", torch="", power_limit_w="")
     assert check_environment(ENV, unknown, strict=True) == []
@@ -110,20 +113,23 @@ def test_another_machine_of_the_same_model_and_unknown_facts_pass_silently():
 
 
 def test_threshold_only_and_missing_settings_pass_silently():
-    thresholds = {**SETTINGS, "alpha": 0.05, "min_effect": 0.5, "ulp_tolerance": 9.0, "rel_err_gate": 1e-2,
-                  "noise_margin_floor": 0.2, "ppl_drift_tolerance": 0.5, "gate_eager_speed": 1,
+    thresholds = {**SETTINGS, "alpha": 0.05, "min_effect": 0.5, "ulp_tolerance": 9.0,
+                  "rel_err_gate": 1e-2, "noise_margin_floor": 0.2, "ppl_drift_tolerance": 0.5,
+                  "gate_eager_speed": 1,
                   "fail_on_nondeterminism": 1, "ulp_rel_tolerance": 0.5, "rel_err_growth": 3.0,
-                  "rms_ulp_slack": 4.0, "preset": "strict", "source": "elsewhere", "overrides": ["alpha"]}
+                  "rms_ulp_slack": 4.0, "preset": "strict", "source": "elsewhere",
+                  "overrides": ["alpha"]}
     assert check_environment(ENV, ENV, SETTINGS, thresholds, strict=True) == []
     old = {k: v for k, v in SETTINGS.items() if k not in ("accuracy_runs", "warmup_ms")}
-    assert check_environment(ENV, ENV, old, {**SETTINGS, "accuracy_runs": 9, "warmup_ms": 1.0}) == []
+    assert check_environment(ENV, ENV, old,
+                             {**SETTINGS, "accuracy_runs": 9, "warmup_ms": 1.0}) == []
     assert check_environment(ENV, ENV, {}, {**SETTINGS, "warmup_ms": 1.0}) == []
 
 
 def test_summary_names_the_new_facts():
     text = ENV.summary()
-    for part in ("driver 580.1", "quanto 0.2.6", "GPU GPU-aaaa", "max 1980 MHz", "application 1755 MHz",
-                 "power limit 700 W"):
+    for part in ("driver 580.1", "quanto 0.2.6", "GPU GPU-aaaa", "max 1980 MHz",
+                 "application 1755 MHz", "power limit 700 W"):
         assert part in text, (part, text)
     round_trip = Environment.from_dict(ENV.to_dict())
     assert round_trip == ENV and not round_trip.extra
@@ -135,10 +141,12 @@ def test_environment_records_every_fact_as_a_string(monkeypatch):
 
     monkeypatch.setenv("HARNESS_COMMIT", "policy")
     env = envinfo.environment(torch.device("cpu"))
-    for key in ("gpu_name", "gpu_uuid", "driver", "cuda", "torch", "quanto", "python", "host", "boot_id",
-                "sm_clock_max_mhz", "sm_clock_app_mhz", "sm_clock_default_mhz", "power_limit_w"):
+    for key in ("gpu_name", "gpu_uuid", "driver", "cuda", "torch", "quanto", "python", "host",
+                "boot_id", "sm_clock_max_mhz", "sm_clock_app_mhz", "sm_clock_default_mhz",
+                "power_limit_w"):
         assert isinstance(env[key], str), (key, env[key])
-    assert env["sm_clock_max_mhz"] == env["power_limit_w"] == "" and env["torch"] == torch.__version__
+    assert env["sm_clock_max_mhz"] == env["power_limit_w"] == ""
+    assert env["torch"] == torch.__version__
     parsed = Environment.from_dict(env)
     assert parsed.boot_id == env["boot_id"] and parsed.arch == "cpu"
     assert envinfo._boot_id("/nonexistent/boot_id") == ""
@@ -165,8 +173,8 @@ def test_nvml_facts_read_each_fact_on_its_own(monkeypatch):
     monkeypatch.setattr(envinfo, "_nvml", lambda: FakeNvml())
     monkeypatch.setattr(envinfo, "_nvml_handle", lambda device: object())
     facts, note = envinfo.nvml_facts(torch.device("cuda", 0))
-    assert facts == {"sm_clock_max_mhz": "1980", "sm_clock_app_mhz": "", "sm_clock_default_mhz": "1755",
-                     "power_limit_w": "700"}
+    assert facts == {"sm_clock_max_mhz": "1980", "sm_clock_app_mhz": "",
+                     "sm_clock_default_mhz": "1755", "power_limit_w": "700"}
     assert "sm_clock_app_mhz" in note and "Not Supported" in note
 
     def no_nvml():
@@ -208,7 +216,7 @@ def test_report_warns_on_the_terminal_and_in_the_report_header(stored, capsys):
     assert ENV_NOTE_PREFIX + DRIVER in html and ENV_NOTE_PREFIX + DRIVER in md
     assert html.index(DRIVER) < html.index('id="regressions"')           # in the header
     assert md.index(DRIVER) < md.index("Preset `")                        # before the settings line
-    assert "driver 590.0" in md and "power limit 700 W" in html            # the environment summaries
+    assert "driver 590.0" in md and "power limit 700 W" in html   # the environment summaries
 
 
 def test_report_strict_env_refuses_a_driver_mismatch_with_one_line(stored, capsys):
@@ -216,7 +224,8 @@ def test_report_strict_env_refuses_a_driver_mismatch_with_one_line(stored, capsy
     captured = capsys.readouterr()
     err = captured.err.strip()
     assert err.count("\n") == 0, err
-    assert err.startswith("harness report: error: refusing to compare against this baseline (--strict-env)")
+    assert err.startswith("harness report: error: refusing to compare against this baseline "
+                          "(--strict-env)")
     assert DRIVER in err and not (stored / "rep-r1").exists()
 
 
@@ -224,12 +233,13 @@ def test_report_refuses_a_changed_stop_rule_but_not_a_changed_threshold(stored, 
     _run(stored, "slow", settings={**SETTINGS, "max_case_seconds": 0.35}, seed=3)
     assert _report(stored, "slow") == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "setting max_case_seconds differs: baseline 2.0, this run 0.35" in err
+    assert err.count("\n") == 0
+    assert "setting max_case_seconds differs: baseline 2.0, this run 0.35" in err
     _run(stored, "modes", modes=("cold", "graph"), seed=3)
     assert _report(stored, "modes") == 0          # other modes: judged on the common ones
     capsys.readouterr()
-    _run(stored, "judged", settings={**SETTINGS, "min_effect": 0.5, "alpha": 0.05, "rel_err_growth": 2.0},
-         seed=3)
+    _run(stored, "judged",
+         settings={**SETTINGS, "min_effect": 0.5, "alpha": 0.05, "rel_err_growth": 2.0}, seed=3)
     assert _report(stored, "judged", "--strict-env") == 0
     assert "refusing" not in capsys.readouterr().err
 
@@ -237,7 +247,8 @@ def test_report_refuses_a_changed_stop_rule_but_not_a_changed_threshold(stored, 
 def test_report_refuses_a_baseline_without_environment(tmp_path, capsys):
     rows = make_rows(ms=(1, 16))
     write_baseline_matrix(tmp_path / "baselines" / "sm90", rows,
-                          BaselineMeta("synthetic", "sm90", Environment(), rows_sha256="", settings=SETTINGS))
+                          BaselineMeta("synthetic", "sm90", Environment(), rows_sha256="",
+                                       settings=SETTINGS))
     _run(tmp_path, "r1")
     assert _report(tmp_path, "r1") == 2
     err = capsys.readouterr().err.strip()
@@ -247,21 +258,22 @@ def test_report_refuses_a_baseline_without_environment(tmp_path, capsys):
 def test_accept_warns_keeps_the_diff_and_records_modes(stored):
     out: list[str] = []
     accept(load_run(stored / "r1"), stored / "baselines", S, echo=out.append)
-    assert (f"harness baseline accept: synthetic: {ENV_NOTE_PREFIX}driver differs: previous baseline "
-            "580.1, this run 590.0") in out
+    assert (f"harness baseline accept: synthetic: {ENV_NOTE_PREFIX}driver differs: "
+            "previous baseline 580.1, this run 590.0") in out
     assert any("changes against the previous baseline" in line for line in out)
     meta = json.loads((stored / "baselines" / "sm90" / "synthetic.json").read_text())
     assert meta["settings"]["modes"] == ["graph"] and meta["environment"]["driver"] == "590.0"
     out.clear()
-    accept(load_run(_run(stored, "slow", settings={**SETTINGS, "warmup_ms": 10.0})), stored / "baselines",
-           S, echo=out.append)
+    accept(load_run(_run(stored, "slow", settings={**SETTINGS, "warmup_ms": 10.0})),
+           stored / "baselines", S, echo=out.append)
     text = "\n".join(out)
     assert "setting warmup_ms differs" in text and "replacing it without a diff" in text
     assert "changes against the previous baseline" not in text
 
 
 def test_calibrate_refuses_aa_runs_measured_with_other_settings(stored):
-    runs = [_run(stored, "aa0", seed=5), _run(stored, "aa1", seed=6, settings={**SETTINGS, "min_samples": 50})]
+    runs = [_run(stored, "aa0", seed=5),
+            _run(stored, "aa1", seed=6, settings={**SETTINGS, "min_samples": 50})]
     with pytest.raises(IncompatibleBaselineError, match="setting min_samples differs"):
         calibrate(runs, stored / "baselines", S, echo=lambda s: None)
 
@@ -292,11 +304,13 @@ def test_ppl_gate_applies_the_policy(tmp_path):
     rows = make_rows(ms=(1, 16))
     write_baseline_matrix(tmp_path / "baselines" / "sm90", rows,
                           BaselineMeta("synthetic", "sm90", ENV, rows_sha256="", settings=SETTINGS))
-    write_run(tmp_path / "run", rows, RunMeta(matrix="synthetic", environment=ENV, settings=SETTINGS))
+    write_run(tmp_path / "run", rows,
+              RunMeta(matrix="synthetic", environment=ENV, settings=SETTINGS))
 
     def gate(env, settings=S, strict=False):
         out: list[str] = []
-        args = argparse.Namespace(baselines=str(tmp_path / "baselines"), paths=None, strict_env=strict)
+        args = argparse.Namespace(baselines=str(tmp_path / "baselines"), paths=None,
+                                  strict_env=strict)
         _gate(rows, "synthetic", tmp_path / "run", args, settings, env, "sm90", echo=out.append)
         return out
 
@@ -305,7 +319,8 @@ def test_ppl_gate_applies_the_policy(tmp_path):
         gate(replace(ENV, driver="590.0"), strict=True)
     with pytest.raises(IncompatibleBaselineError, match="setting warmup_ms differs"):
         gate(ENV, settings=replace(S, warmup_ms=10.0))
-    assert not any(ENV_NOTE_PREFIX in line for line in gate(ENV, settings=replace(S, min_effect=0.5)))
+    lines = gate(ENV, settings=replace(S, min_effect=0.5))
+    assert not any(ENV_NOTE_PREFIX in line for line in lines)
 
 
 # --------------------------------------------------------------------------- harness bench
@@ -314,7 +329,8 @@ FAST = {"warmup_ms": 1, "max_case_seconds": 0.03, "min_samples": 3, "max_samples
 SET = [a for k, v in FAST.items() for a in ("--set", f"{k}={v}")]
 
 
-def test_bench_gate_warns_refuses_with_strict_env_and_on_a_changed_stop_rule(tmp_path, monkeypatch, capsys):
+def test_bench_gate_warns_refuses_with_strict_env_and_on_a_changed_stop_rule(tmp_path, monkeypatch,
+                                                                             capsys):
     monkeypatch.setenv("HARNESS_COMMIT", "policy")
     bench = ["bench", "--cpu", "--matrix", "smoke", "--filter", "M == 1", "--paths", "native_int4",
              "--out", str(tmp_path / "results"), "--baselines", str(tmp_path / "baselines"),
@@ -322,7 +338,8 @@ def test_bench_gate_warns_refuses_with_strict_env_and_on_a_changed_stop_rule(tmp
     assert main(bench) == 0
     capsys.readouterr()
     # promote the run, then pretend the baseline was measured with another torch
-    accept(load_run(tmp_path / "results" / "policy" / "cpu"), tmp_path / "baselines", S, echo=lambda s: None)
+    accept(load_run(tmp_path / "results" / "policy" / "cpu"), tmp_path / "baselines", S,
+           echo=lambda s: None)
     meta_path = tmp_path / "baselines" / "cpu" / "smoke.json"
     meta = json.loads(meta_path.read_text())
     assert meta["settings"]["modes"] == ["cpu"] and meta["settings"]["cpu_threads"] == 1

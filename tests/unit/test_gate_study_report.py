@@ -8,10 +8,11 @@ from harness.studies.gate_study_report import read_verdicts, render, summarize, 
 
 
 def _row(rep, kind, path, case, verdict, fails, base, cur, planted="", aa=None, expected=None):
-    return {"rep": rep, "kind": kind, "planted_path": planted, "case_id": case, "M": 1, "path": path,
-            "mode": "graph", "verdict": verdict, "fails": fails, "remeasured": False, "base_us": base,
-            "cur_us": cur, "change": cur / base - 1, "p_value": 0.001, "threshold": 0.03, "margin": 0.01,
-            "aa_us": aa, "expected_slowdown": expected, "first": "", "reason": "r"}
+    return {"rep": rep, "kind": kind, "planted_path": planted, "case_id": case, "M": 1,
+            "path": path, "mode": "graph", "verdict": verdict, "fails": fails,
+            "remeasured": False, "base_us": base, "cur_us": cur, "change": cur / base - 1,
+            "p_value": 0.001, "threshold": 0.03, "margin": 0.01, "aa_us": aa,
+            "expected_slowdown": expected, "first": "", "reason": "r"}
 
 
 def _study():
@@ -46,8 +47,8 @@ def test_counts_false_slower_and_caught_runs(tmp_path):
 
 def test_informational_eager_slower_is_not_a_false_slower():
     rows = [_row(1, "aa", "fp16_cache", "c1", "SLOWER", False, 10.0, 12.0),
-            {**_row(1, "aa", "fp16_cache", "c2", "SAME", False, 10.0, 10.1), "first": "SLOWER +3.70%",
-             "remeasured": True}]
+            {**_row(1, "aa", "fp16_cache", "c2", "SAME", False, 10.0, 10.1),
+             "first": "SLOWER +3.70%", "remeasured": True}]
     s = summarize(rows)
     assert s["aa"]["first_slower_cleared"] == 1 and s["aa"]["remeasured_rows"] == 1
     assert s["aa"]["false_slower_rows"] == 0 and s["aa"]["informational_slower"] == 1

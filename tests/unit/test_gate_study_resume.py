@@ -41,7 +41,8 @@ def test_calibration_in_process_is_still_available(tmp_path):
     out = tmp_path / "study"
     assert gate_study.main(ARGS + ["--out", str(out), "--reps", "1", "--calibrate-in-process"]) == 0
     assert not (out / "calibration").exists()
-    assert "in-process" in json.loads((out / "baselines" / "cpu" / "smoke.json").read_text())["source"]
+    meta = json.loads((out / "baselines" / "cpu" / "smoke.json").read_text())
+    assert "in-process" in meta["source"]
 
 
 def test_resume_refuses_other_options(tmp_path):
@@ -51,7 +52,8 @@ def test_resume_refuses_other_options(tmp_path):
     with pytest.raises(SystemExit, match="--resume: paths was"):
         gate_study.main(other + ["--out", str(out), "--reps", "2", "--resume"])
     with pytest.raises(SystemExit, match="--resume: settings was"):
-        gate_study.main(ARGS + ["--out", str(out), "--reps", "2", "--resume", "--set", "min_effect=0.1"])
+        gate_study.main(ARGS + ["--out", str(out), "--reps", "2", "--resume",
+                                "--set", "min_effect=0.1"])
 
 
 def test_resume_needs_a_study(tmp_path):

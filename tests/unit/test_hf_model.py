@@ -14,7 +14,8 @@ import pytest
 import torch
 
 transformers = pytest.importorskip(
-    "transformers", reason="transformers is not installed (pip install transformers) - HF path untested")
+    "transformers",
+    reason="transformers is not installed (pip install transformers) - HF path untested")
 
 from harness.cli import main  # noqa: E402
 from harness.model.hf import HfModelError, HfSubject  # noqa: E402
@@ -131,7 +132,7 @@ def test_bad_inputs_are_one_line(tmp_path, text_file, llama_dir):
 def test_cli_writes_rows_and_gates(llama_dir, text_file, tmp_path):
     out, base = tmp_path / "results", tmp_path / "baselines"
     argv = ["ppl", "--cpu", "--hf-model", str(llama_dir), "--text", str(text_file), "--paths",
-            "reference,native_int4", "--out", str(out), "--baselines", str(base)]   # CPU on any host
+            "reference,native_int4", "--out", str(out), "--baselines", str(base)]  # CPU anywhere
     assert main(argv) == 0
     [csv_path] = list(out.glob("*/cpu/ppl-hf.csv"))
     text = csv_path.read_text()

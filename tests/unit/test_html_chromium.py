@@ -79,8 +79,8 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     shot = ARTIFACTS / "html_report.png"
     if shot.exists():
         shot.unlink()
-    run = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1400,4000",
-               "--hide-scrollbars", url)
+    run = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}",
+               "--window-size=1400,4000", "--hide-scrollbars", url)
     assert run.returncode == 0, run.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n"

@@ -109,7 +109,8 @@ def _distinct_weights(matrix: str):
     return sorted(seen)
 
 
-@pytest.mark.parametrize("key", _distinct_weights("parity"), ids=lambda k: "N{}-K{}-g{}-s{}".format(*k))
+@pytest.mark.parametrize("key", _distinct_weights("parity"),
+                         ids=lambda k: "N{}-K{}-g{}-s{}".format(*k))
 def test_round_trip_parity(key):
     w = case_weight(*key)
     B = pack_codes(w.q)
@@ -239,9 +240,11 @@ def _weight(K=32, N=64, gs=16, **kw):
     (lambda: pack_codes(torch.full((16, 64), -1, dtype=torch.int32)), "q: codes"),
     (lambda: pack_codes(torch.zeros(16, 64)), "q: must be an integer"),
     (lambda: unpack_codes(torch.zeros(1, 64, dtype=torch.int32), 16, 64), "packed: shape"),
-    (lambda: unpack_codes(torch.zeros(1, 128, dtype=torch.int64), 16, 64), "packed: must be an int32"),
+    (lambda: unpack_codes(torch.zeros(1, 128, dtype=torch.int64), 16, 64),
+     "packed: must be an int32"),
     (lambda: permute_scales(torch.zeros(2, 96, dtype=torch.float16)), "scales: N=96"),
-    (lambda: marlin_pack_symmetric(torch.zeros(32, 64), torch.ones(2, 64), 16), "scale: must be a float16"),
+    (lambda: marlin_pack_symmetric(torch.zeros(32, 64), torch.ones(2, 64), 16),
+     "scale: must be a float16"),
     (lambda: marlin_pack_symmetric(torch.zeros(32, 64), torch.ones(1, 64, dtype=torch.float16), 16),
      "scale: shape"),
     (lambda: marlin_pack_symmetric(torch.zeros(32, 64), torch.ones(2, 64, dtype=torch.float16), 12),
@@ -250,10 +253,13 @@ def _weight(K=32, N=64, gs=16, **kw):
                                    torch.ones(2, 64, dtype=torch.float16), 16), "w_sym"),
     (lambda: marlin_pack_asymmetric(_weight(), formula="q_plus_8"), "formula"),
     (lambda: marlin_pack_asymmetric(_weight(K=24, gs=8)), "weight: K=24"),
-    (lambda: marlin_pack_asymmetric(_weight(q=torch.full((32, 64), 20, dtype=torch.uint8))), "weight.q"),
-    (lambda: marlin_pack_asymmetric(_weight(scale=torch.full((2, 64), 9000.0, dtype=torch.float16))),
+    (lambda: marlin_pack_asymmetric(_weight(q=torch.full((32, 64), 20, dtype=torch.uint8))),
+     "weight.q"),
+    (lambda: marlin_pack_asymmetric(
+        _weight(scale=torch.full((2, 64), 9000.0, dtype=torch.float16))),
      "weight.scale"),
-    (lambda: marlin_pack_asymmetric(_weight(zero=torch.full((2, 64), float("nan"), dtype=torch.float16))),
+    (lambda: marlin_pack_asymmetric(
+        _weight(zero=torch.full((2, 64), float("nan"), dtype=torch.float16))),
      "weight.zero"),
     (lambda: marlin_groupsize(0, 128), "group_size"),
 ])

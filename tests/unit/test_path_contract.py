@@ -40,7 +40,8 @@ MARLIN = {"marlin_asym", "marlin_fused_zero"}
 
 
 # --------------------------------------------------------------------------- the contract
-@pytest.mark.parametrize("name", ["native_int4", "fp16_cache", "marlin_asym", "tinygemm", "marlin_fused_zero"])
+@pytest.mark.parametrize("name", ["native_int4", "fp16_cache", "marlin_asym", "tinygemm",
+                                  "marlin_fused_zero"])
 def test_every_builtin_path_answers_the_contract(name):
     path = registry_load.load_all().get(name)
     assert path.name == name and path.role in ("path", "peer") and path.description
@@ -134,25 +135,29 @@ def test_lost_dispatch_reads_dispatch_marlin_and_falls_back_to_the_name_for_old_
 
 def test_dispatch_marlin_round_trips_and_old_files_read_it_as_unknown(tmp_path):
     rows = [replace(r, dispatch_marlin=v) for r, v in
-            zip(make_rows(shapes=((2048, 2048, 128),), ms=(16,), seed=3)[:3], (True, False, None), strict=True)]
+            zip(make_rows(shapes=((2048, 2048, 128),), ms=(16,), seed=3)[:3], (True, False, None),
+                strict=True)]
     path = tmp_path / "rows.csv"
     path.write_text(rows_to_csv_text(rows))
     assert [r.dispatch_marlin for r in read_rows(path)] == [True, False, None]
     table = list(csv.reader(io.StringIO(rows_to_csv_text(rows))))
     col, ver = table[0].index("dispatch_marlin"), table[0].index("schema_version")
     old = [[c for i, c in enumerate(r) if i != col] for r in table]      # a schema-3 file
-    old = [old[0]] + [[("3" if i == ver - (ver > col) else c) for i, c in enumerate(r)] for r in old[1:]]
+    old = [old[0]] + [[("3" if i == ver - (ver > col) else c) for i, c in enumerate(r)]
+                      for r in old[1:]]
     buf = io.StringIO()
     csv.writer(buf, lineterminator="\n").writerows(old)
     path.write_text(buf.getvalue())
     got = read_rows(path)
-    assert [r.dispatch_marlin for r in got] == [None] * 3 and all(r.schema_version == 4 for r in got)
+    assert [r.dispatch_marlin for r in got] == [None] * 3
+    assert all(r.schema_version == 4 for r in got)
     assert all(isinstance(r, ResultRow) and not math.isnan(r.rel_err) for r in got)
 
 
 # --------------------------------------------------------------------------- the layout
 def _kernel_imports():
-    """{module: [(imported kernels module, inside a function?, source line)]} under harness.kernels."""
+    """{module: [(imported kernels module, inside a function?, source line)]} under
+    harness.kernels."""
     out = {}
     for file in sorted(KERNELS.rglob("*.py")):
         rel = file.relative_to(KERNELS.parent.parent).with_suffix("")
@@ -161,7 +166,8 @@ def _kernel_imports():
         package = module if file.name == "__init__.py" else module.rsplit(".", 1)[0]
         tree = ast.parse(file.read_text())
         lines = file.read_text().splitlines()
-        funcs = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+        funcs = {id(n) for f in ast.walk(tree)
+                 if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
                  for n in ast.walk(f)}
         found = []
         for node in ast.walk(tree):
@@ -186,7 +192,8 @@ def _kernel_imports():
 
 
 def test_no_import_cycle_inside_kernels():
-    graph = {m: {t for t, _, _ in imps if t.startswith("harness.kernels")} for m, imps in _kernel_imports().items()}
+    graph = {m: {t for t, _, _ in imps if t.startswith("harness.kernels")}
+             for m, imps in _kernel_imports().items()}
     state: dict[str, int] = {}
 
     def visit(m, stack):
@@ -205,10 +212,12 @@ def test_no_import_cycle_inside_kernels():
 
 def test_the_dispatcher_model_imports_no_path_module():
     imps = {t for t, _, _ in _kernel_imports()["harness.kernels.dispatch"]}
-    assert imps <= {"harness.kernels.base", "harness.kernels.marlin", "harness.kernels.marlin.facts"}, imps
+    assert imps <= {"harness.kernels.base", "harness.kernels.marlin",
+                    "harness.kernels.marlin.facts"}, imps
 
 
 def test_imports_inside_functions_only_for_optional_dependencies():
-    inside = [(m, line.strip()) for m, imps in _kernel_imports().items() for _, fn, line in imps if fn]
+    inside = [(m, line.strip()) for m, imps in _kernel_imports().items()
+              for _, fn, line in imps if fn]
     assert all(m == "harness.kernels.build" for m, _ in inside), inside   # the extension build only
     assert all("#" in line for _, line in inside), inside                 # each says why

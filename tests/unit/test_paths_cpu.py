@@ -126,7 +126,8 @@ def _run_asym(data, path=None, marlin_only=False):
 def test_marlin_asym_negative_controls_fail_the_gate(asym_case):
     case, data, ref = asym_case
     assert accuracy_stats(_run_asym(data), ref).passes(GATE)
-    for kw in (dict(marlin_only=True), dict(path=WrongSignDeltaPath()), dict(path=CorrectionTwicePath())):
+    for kw in (dict(marlin_only=True), dict(path=WrongSignDeltaPath()),
+               dict(path=CorrectionTwicePath())):
         acc = accuracy_stats(_run_asym(data, **kw), ref)
         assert acc.nonfinite == 0 and not acc.passes(GATE), kw
     assert accuracy_stats(_run_asym(data), ref).passes(GATE)     # the registered path: untouched
@@ -176,7 +177,8 @@ def test_tinygemm_zero_convention_with_torchs_cpu_kernel():
     data = case_data(case)
     w = data.weight
     try:
-        B = torch.ops.aten._convert_weight_to_int4pack_for_cpu(w.q.t().contiguous().to(torch.int32), 8)
+        B = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+            w.q.t().contiguous().to(torch.int32), 8)
         run = torch.ops.aten._weight_int4pack_mm_for_cpu
     except (AttributeError, RuntimeError) as exc:
         pytest.skip(f"torch {torch.__version__} has no CPU int4pack op: {exc}")
@@ -203,9 +205,9 @@ def test_build_errors_are_one_line_on_this_machine():
 
 def test_sources_and_quanto_lookup():
     names = {p.name for p in build.own_sources()}
-    assert {"native_int4.cu", "correction.cu", "bindings.cpp", "harness_kernels.h", "correction_variants.cu",
-            "correction_variants.cuh", "correction_variant_graph.cu", "correction_variant_side_stream.cu",
-            "correction_variant_fused.cu"} <= names
+    assert {"native_int4.cu", "correction.cu", "bindings.cpp", "harness_kernels.h",
+            "correction_variants.cu", "correction_variants.cuh", "correction_variant_graph.cu",
+            "correction_variant_side_stream.cu", "correction_variant_fused.cu"} <= names
     folder, why = build.quanto_marlin_dir()
     assert (folder is None) != (why is None)
     if folder is not None:

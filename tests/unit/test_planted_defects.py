@@ -5,7 +5,8 @@ puts in a registry: the marlin_asym CPU emulation carries the Python-side defect
 the real runner, and asserts that the gate fails the affected rows with a recognisable
 reason while the other rows pass. The GPU-only defects (scratch not regrown, fp16
 accumulation, last N tile skipped, side stream) are in tests/gpu/test_planted_defects_gpu.py.
-The product holds none of it: no switch, no test double (``test_the_product_holds_no_test_doubles``).
+The product holds none of it: no switch, no test double
+(``test_the_product_holds_no_test_doubles``).
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ FAST = {"warmup_ms": 1, "max_case_seconds": 0.03, "min_samples": 3, "max_samples
 GATE = load_settings(overrides={"min_effect": 100.0})     # accuracy defects: no speed calls
 GROUPED = GemmCase(M=16, N=256, K=512, group_size=128, seed=21)
 PER_ROW = GemmCase(M=16, N=256, K=512, group_size=512, seed=21)
-REQUIRED = {"packer_off_by_one_tile", "delta_wrong_sign", "per_row_untranslated", "correction_twice",
-            "scratch_not_regrown", "fp16_accumulation", "last_n_tile_skipped", "cached_output", "racy_output",
-            "slowdown_5pct", "side_stream"}
+REQUIRED = {"packer_off_by_one_tile", "delta_wrong_sign", "per_row_untranslated",
+            "correction_twice", "scratch_not_regrown", "fp16_accumulation", "last_n_tile_skipped",
+            "cached_output", "racy_output", "slowdown_5pct", "side_stream"}
 
 
 def _registry(*names: str) -> PathRegistry:
@@ -46,7 +47,8 @@ def _registry(*names: str) -> PathRegistry:
 
 
 def _run(reg: PathRegistry, cases=(GROUPED, PER_ROW), settings=None, dispatch_settings=None):
-    ctx = RunContext(matrix="defects", device=torch.device("cpu"), settings=settings or load_settings(overrides=FAST),
+    ctx = RunContext(matrix="defects", device=torch.device("cpu"),
+                     settings=settings or load_settings(overrides=FAST),
                      modes=("cpu",), registry=reg, arch="cpu", device_name="cpu", commit="t",
                      dispatch_settings=dispatch_settings)
     return Runner(ctx).run(list(cases))
@@ -96,8 +98,8 @@ def test_the_product_holds_no_test_doubles():
     assert not (root / "defects.py").exists() and not (root / "defect_paths.py").exists()
     forbidden = re.compile(r"^\s*(from|import)\s+(planted|tests)\b|TEST_DEFECT|TEST_VARIANT|"
                            r"planted_defect\(|CachedOutputPath|SlowdownPath", re.M)
-    hits = [f"{p.relative_to(root.parent)}: {m.group(0).strip()}" for p in sorted(root.rglob("*.py"))
-            for m in forbidden.finditer(p.read_text())]
+    hits = [f"{p.relative_to(root.parent)}: {m.group(0).strip()}"
+            for p in sorted(root.rglob("*.py")) for m in forbidden.finditer(p.read_text())]
     assert not hits, hits
 
 
@@ -139,7 +141,8 @@ def _fp16_accumulation_outputs(case: GemmCase):
     good = (c_marlin.float() + sums @ delta).half()
     bad = c_marlin.double()
     for g in range(K // G):
-        bad = (bad + sums[:, g:g + 1].half().double() * delta[g:g + 1].half().double()).half().double()
+        step = sums[:, g:g + 1].half().double() * delta[g:g + 1].half().double()
+        bad = (bad + step).half().double()
     return good, bad.half(), reference_fp64(A, w)
 
 
@@ -314,5 +317,6 @@ def test_a_five_percent_slowdown_is_slower_on_cpu_timed_data():
     v = result.verdicts[0]
     assert v.verdict == Verdict.SLOWER and v.fails and result.exit_code == 1, v.reasons
     assert 0.03 < v.time_change < 0.20
-    aa = evaluate(again, base, settings, remeasure=lambda keys: (clean_run(), clean_run())).verdicts[0]
+    aa = evaluate(again, base, settings,
+                  remeasure=lambda keys: (clean_run(), clean_run())).verdicts[0]
     assert aa.verdict != Verdict.SLOWER, aa.reasons     # the A/A control is not called slower

@@ -132,7 +132,8 @@ def _parity_by_weight() -> dict[tuple, list]:
     return groups
 
 
-@pytest.mark.parametrize("key", sorted(_parity_by_weight()), ids=lambda k: "N{}-K{}-g{}-s{}".format(*k))
+@pytest.mark.parametrize("key", sorted(_parity_by_weight()),
+                         ids=lambda k: "N{}-K{}-g{}-s{}".format(*k))
 def test_emulate_marlin_equals_reference_on_parity(key):
     # Every parity case sharing this weight is checked; their activations are stacked into
     # one A (rows are independent) so the weight is packed and expanded once per formula.

@@ -80,7 +80,8 @@ CSV_FAULTS = [
     ("wrong-schema-version", "schema_version", "9", "schema_version 9 is not supported"),
     ("schema-version-not-a-number", "schema_version", "v1", "'schema_version'"),
     ("missing-column", "rel_err", None, "missing column 'rel_err'"),
-    ("non-numeric-float", "time_us_median", "fast", "field 'time_us_median' has a non-float value 'fast'"),
+    ("non-numeric-float", "time_us_median", "fast",
+     "field 'time_us_median' has a non-float value 'fast'"),
     ("non-numeric-int", "n_samples", "many", "field 'n_samples' has a non-int value 'many'"),
     ("non-numeric-M", "M", "sixteen", "field 'M' has a non-int value"),
     ("bad-bool", "clock_dropped", "maybe", "'clock_dropped'"),
@@ -149,22 +150,27 @@ JSON_FAULTS = {
     "run": [
         ("malformed", '{"schema_version": 1, "matrix": ', "malformed JSON at line 1"),
         ("not-an-object", "[1, 2]", "top level must be a JSON object"),
-        ("wrong-schema-version", '{"schema_version": 9, "matrix": "m"}', "schema_version 9 is not supported"),
+        ("wrong-schema-version", '{"schema_version": 9, "matrix": "m"}',
+         "schema_version 9 is not supported"),
         ("schema-version-text", '{"schema_version": "1", "matrix": "m"}', "'schema_version'"),
         ("missing-field", '{"schema_version": 1}', "field 'matrix'"),
         ("non-numeric", '{"schema_version": 1, "matrix": "m", "ceilings": {"copy_gbps": "fast"}}',
          "field 'ceilings.copy_gbps' is not a number"),
-        ("bad-environment", '{"schema_version": 1, "matrix": "m", "environment": 7}', "'environment'"),
+        ("bad-environment", '{"schema_version": 1, "matrix": "m", "environment": 7}',
+         "'environment'"),
     ],
     "baseline": [
         ("malformed", "{", "malformed JSON at line 1"),
-        ("wrong-schema-version", '{"schema_version": 2}', "field 'schema_version' is 2, expected 1"),
+        ("wrong-schema-version", '{"schema_version": 2}',
+         "field 'schema_version' is 2, expected 1"),
         ("missing-field", '{"schema_version": 1, "matrix": "synthetic", "arch": "sm90"}',
          "field 'rows_sha256'"),
-        ("non-numeric", '{"schema_version": 1, "matrix": "synthetic", "arch": "sm90", "rows_sha256": "x",'
-         ' "noise_margins": {"c|p|graph": "wide"}}', "field 'noise_margins.c|p|graph' is not a non-negative"),
-        ("bad-margin-key", '{"schema_version": 1, "matrix": "synthetic", "arch": "sm90", "rows_sha256": "x",'
-         ' "noise_margins": {"c|p": 0.1}}', "field 'noise_margins' has a bad key"),
+        ("non-numeric", '{"schema_version": 1, "matrix": "synthetic", "arch": "sm90",'
+         ' "rows_sha256": "x", "noise_margins": {"c|p|graph": "wide"}}',
+         "field 'noise_margins.c|p|graph' is not a non-negative"),
+        ("bad-margin-key", '{"schema_version": 1, "matrix": "synthetic", "arch": "sm90",'
+         ' "rows_sha256": "x", "noise_margins": {"c|p": 0.1}}',
+         "field 'noise_margins' has a bad key"),
     ],
 }
 
@@ -242,7 +248,8 @@ def test_bench_with_a_corrupt_baseline_exits_2_naming_it(tmp_path, commit, capsy
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.count("\n") == 0
     assert str(d / "smoke.json") in err and "malformed JSON" in err
-    assert len(read_rows(tmp_path / "results" / commit / "cpu" / "smoke.csv")) == 1  # measured first
+    # measured first
+    assert len(read_rows(tmp_path / "results" / commit / "cpu" / "smoke.csv")) == 1
 
 
 def test_resume_of_a_corrupt_result_csv_exits_2_and_leaves_it(tmp_path, commit, capsys):
@@ -267,8 +274,8 @@ def test_a_missing_baseline_row_is_missing_and_fails(rows):
     assert [(v.path, v.row.M) for v in missing] == [("marlin_asym", 16)]
     assert missing[0].fails and result.exit_code == 1
     assert "in the baseline but not in this run" in missing[0].reason
-    gone = [replace(r, status="unavailable", error="no GPU") if r.path == "marlin_asym" and r.M == 16
-            else r for r in rows]
+    gone = [replace(r, status="unavailable", error="no GPU")
+            if r.path == "marlin_asym" and r.M == 16 else r for r in rows]
     v = [v for v in evaluate(gone, rows, S).verdicts if v.verdict == Verdict.MISSING]
     assert len(v) == 1 and v[0].fails and "unavailable now (no GPU)" in v[0].reason
     assert evaluate(cur, rows, S, partial=True).exit_code == 1    # same case ran: still MISSING
@@ -329,7 +336,8 @@ class Spy(GemmPath):
         return None
 
     def prepare(self, weight, device):
-        return Prepared(self.name, weight, device, state={"W": weight.dequantize(torch.float64).float()})
+        return Prepared(self.name, weight, device,
+                        state={"W": weight.dequantize(torch.float64).float()})
 
     def run(self, prepared, A, out):
         self.calls.append((float(A[0, 0]), bool(torch.isnan(out).all())))
@@ -411,7 +419,8 @@ def test_a_schema_1_csv_still_reads_with_the_determinism_columns_unmeasured(tmp_
     path.write_text(buf.getvalue())
     got = read_rows(path)
     assert len(got) == len(rows)
-    assert all(r.accuracy_runs == 0 and r.distinct_outputs == 0 and r.nondeterminism_note == "" for r in got)
+    assert all(r.accuracy_runs == 0 and r.distinct_outputs == 0 and r.nondeterminism_note == ""
+               for r in got)
     assert all(r.schema_version == RESULT_SCHEMA_VERSION for r in got)
     # a schema-2 file must carry the new columns
     path.write_text(_edit_csv(rows_to_csv_text(rows), "accuracy_runs", None))
@@ -464,4 +473,5 @@ def test_the_committed_baselines_still_read_and_gate_against_themselves():
         if "rms_ulp_p99" not in header:                     # written before schema 3
             assert all(math.isnan(r.rms_ulp_p99) and math.isnan(r.rms_ulp_max) for r in got)
         result = evaluate(got, got, S)
-        assert not result.of(Verdict.LESS_ACCURATE) and not result.of(Verdict.WORSE_ACCURACY), csv_path.name
+        assert not result.of(Verdict.LESS_ACCURATE), csv_path.name
+        assert not result.of(Verdict.WORSE_ACCURACY), csv_path.name

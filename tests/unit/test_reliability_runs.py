@@ -44,7 +44,8 @@ CASES = [GemmCase(M=4, N=256, K=256, group_size=128, seed=3),
 def _run(path, cases=CASES):
     reg = PathRegistry()
     reg.register(path)
-    ctx = RunContext(matrix="unit", device=torch.device("cpu"), settings=load_settings(overrides=FAST),
+    ctx = RunContext(matrix="unit", device=torch.device("cpu"),
+                     settings=load_settings(overrides=FAST),
                      modes=("cpu",), registry=reg, arch="cpu", device_name="cpu", commit="t")
     return Runner(ctx).run(cases)
 
@@ -56,17 +57,22 @@ def clean():
 
 # --------------------------------------------------------------------------- kernel faults
 FAULTS = [  # (id, fault, where, when, the reason the row must carry)
-    ("raise-first-call", "raise", "run", lambda M, i: M == 4, "RuntimeError: planted kernel failure"),
-    ("oom-first-call", "oom", "run", lambda M, i: M == 4, "CUDA out of memory: CUDA out of memory. Tried"),
+    ("raise-first-call", "raise", "run", lambda M, i: M == 4,
+     "RuntimeError: planted kernel failure"),
+    ("oom-first-call", "oom", "run", lambda M, i: M == 4,
+     "CUDA out of memory: CUDA out of memory. Tried"),
     ("oom-in-prepare", "oom", "prepare", lambda K, N: N == 256, "CUDA out of memory"),
-    ("oom-while-timing", "oom", "run", lambda M, i: M == 4 and i == 8, "cpu timing: CUDA out of memory"),
+    ("oom-while-timing", "oom", "run", lambda M, i: M == 4 and i == 8,
+     "cpu timing: CUDA out of memory"),
     ("nonzero-rc", "rc", "run", lambda M, i: M == 4, "native_int4: kernel returned rc=2 (planted"),
     ("rc-in-prepare", "rc", "prepare", lambda K, N: N == 256, "rc=2"),
 ]
 
 
-@pytest.mark.parametrize("fault, where, when, reason", [f[1:] for f in FAULTS], ids=[f[0] for f in FAULTS])
-def test_a_failing_kernel_is_an_error_the_sweep_goes_on_the_gate_fails(clean, fault, where, when, reason):
+@pytest.mark.parametrize("fault, where, when, reason", [f[1:] for f in FAULTS],
+                         ids=[f[0] for f in FAULTS])
+def test_a_failing_kernel_is_an_error_the_sweep_goes_on_the_gate_fails(clean, fault, where, when,
+                                                                       reason):
     rows = _run(FaultPath(load_all().get("native_int4"), fault, when=when, where=where))
     bad, good = rows
     assert bad.case_id == CASES[0].id and bad.status == "error", bad
@@ -101,7 +107,8 @@ def test_a_failure_in_the_fresh_input_recheck_is_an_error(clean):
 def test_both_oom_spellings_are_reported_as_cuda_out_of_memory():
     from harness.measure.runner import describe_error
 
-    classes = {torch.cuda.OutOfMemoryError, getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)}
+    classes = {torch.cuda.OutOfMemoryError,
+               getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)}
     for cls in classes:                      # one class on torch >= 2.5, torch.cuda's before
         msg = describe_error(cls("CUDA out of memory. Tried to allocate 2.00 GiB\nmore detail"))
         assert msg == "CUDA out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"
@@ -113,11 +120,12 @@ def commit(monkeypatch):
     return "reliability"
 
 
-def test_bench_records_an_oom_case_as_error_and_exits_1_even_without_baseline(tmp_path, commit, capsys):
+def test_bench_records_an_oom_case_as_error_and_exits_1_even_without_baseline(tmp_path, commit,
+                                                                              capsys):
     """End to end: the planted OOM hits one case of a real ``harness bench --cpu`` sweep."""
     out = tmp_path / "results"
-    args = ["bench", "--cpu", "--matrix", "smoke", "--paths", "native_int4,fp16_cache", "--out", str(out),
-            "--baselines", str(tmp_path / "baselines"), "--no-progress"]
+    args = ["bench", "--cpu", "--matrix", "smoke", "--paths", "native_int4,fp16_cache",
+            "--out", str(out), "--baselines", str(tmp_path / "baselines"), "--no-progress"]
     args += [a for k, v in FAST.items() for a in ("--set", f"{k}={v}")]
     with swapped_path("native_int4", lambda p: FaultPath(p, "oom", when=lambda M, i: M == 16)):
         rc = main(args)
@@ -127,7 +135,8 @@ def test_bench_records_an_oom_case_as_error_and_exits_1_even_without_baseline(tm
     rows = {(r.case_id, r.path): r for r in read_rows(out / commit / "cpu" / "smoke.csv")}
     assert len(rows) == 4 * 2 + 3       # 4 GEMMs x 2 paths; the SwiGLU pair: 2 pairs + fused native
     assert rows[("M16-N256-K512-gK-s4", "native_int4")].status == "error"
-    assert all(r.status == "ok" for k, r in rows.items() if k != ("M16-N256-K512-gK-s4", "native_int4"))
+    assert all(r.status == "ok" for k, r in rows.items()
+               if k != ("M16-N256-K512-gK-s4", "native_int4"))
     assert load_all().get("native_int4").__class__.__name__ == "NativeInt4Path"   # swap undone
 
 
@@ -144,14 +153,17 @@ def test_work_left_on_a_side_stream_is_reported_not_timed():
 
 
 # --------------------------------------------------------------------------- interruptions
-SWEEP = ["--cpu", "--matrix", "smoke", "--filter", "M <= 16", "--paths", "native_int4,fp16_cache,marlin_asym",
+SWEEP = ["--cpu", "--matrix", "smoke", "--filter", "M <= 16",
+         "--paths", "native_int4,fp16_cache,marlin_asym",
          "--no-progress", "--no-compare", "--set", "warmup_ms=1", "--set", "max_case_seconds=0.08",
-         "--set", "min_samples=5", "--set", "max_samples=100000", "--set", "target_rel_spread=0.000001"]
+         "--set", "min_samples=5", "--set", "max_samples=100000",
+         "--set", "target_rel_spread=0.000001"]
 TOTAL = 10                       # 2 GEMM cases x 3 paths + the pair (3 pair paths + fused) x 1 mode
 #: Columns that depend on timing (or on the measured ceilings); everything else must be equal.
-TIMING = {"time_us_median", "time_us_iqr", "time_us_ci_lo", "time_us_ci_hi", "n_samples", "samples_us",
-          "clock_start_mhz", "clock_end_mhz", "clock_dropped", "tflops", "gbps", "roofline_floor_us",
-          "pct_roofline", "marlin_only_us", "correction_overhead_pct", "prepare_seconds"}
+TIMING = {"time_us_median", "time_us_iqr", "time_us_ci_lo", "time_us_ci_hi", "n_samples",
+          "samples_us", "clock_start_mhz", "clock_end_mhz", "clock_dropped", "tflops", "gbps",
+          "roofline_floor_us", "pct_roofline", "marlin_only_us", "correction_overhead_pct",
+          "prepare_seconds"}
 
 
 def _stable(row) -> dict:
@@ -194,7 +206,8 @@ def test_interrupted_sweeps_keep_their_rows_and_resume_to_the_same_csv(tmp_path,
                 assert p.poll() is None, (name, p.communicate())
             time.sleep(0.005)
         before = {name: read_rows(csvs[name]) for name in sigs}      # every row on disk is whole
-        assert all(2 <= len(r) < TOTAL for r in before.values()), {n: len(r) for n, r in before.items()}
+        assert all(2 <= len(r) < TOTAL for r in before.values()), {
+            n: len(r) for n, r in before.items()}
 
         # A second writer of the same results directory gets a clear lock message.
         rc = main(["bench", *SWEEP, "--out", str(tmp_path / "term"), "--resume"])

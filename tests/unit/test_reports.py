@@ -87,7 +87,8 @@ def test_csv_report_has_metrics_verdicts_and_deltas(tmp_path, gated):
     assert set(c for c in column_names() if c != "samples_us") <= set(frame.columns)
     assert (frame["report_schema_version"] == REPORT_SCHEMA_VERSION).all()
     slower = frame[frame.verdict == "SLOWER"]
-    assert set(slower.path) == {"marlin_asym"} and len(slower) == sum(1 for r in cur if r.path == "marlin_asym")
+    assert set(slower.path) == {"marlin_asym"}
+    assert len(slower) == sum(1 for r in cur if r.path == "marlin_asym")
     assert slower.delta_time_pct.between(3.5, 6.5).all()
     acc = frame[frame.verdict == "WORSE_ACCURACY"].iloc[0]
     assert acc.rel_err == 4e-3 and acc.baseline_rel_err < 1e-3 and acc.fails
@@ -97,7 +98,8 @@ def test_csv_report_has_metrics_verdicts_and_deltas(tmp_path, gated):
     sbs = side_by_side_frame(result, ("A", "B"))
     assert {"A_time_us_median", "B_time_us_median", "A_rel_err", "B_rel_err"} <= set(sbs.columns)
     row = sbs[sbs.verdict == "SLOWER"].iloc[0]
-    assert row.B_time_us_median / row.A_time_us_median - 1 == pytest.approx(row.delta_time_pct / 100)
+    assert (row.B_time_us_median / row.A_time_us_median - 1
+            == pytest.approx(row.delta_time_pct / 100))
 
 
 def test_markdown_and_text(gated):
@@ -140,7 +142,8 @@ def test_reports_lead_with_rms_ulp_and_show_less_accurate():
     assert less.key == key and less.fails and less.delta_rms_ulp_p99 == pytest.approx(2.0)
     frame = report_frame(result)
     cols = list(frame.columns)
-    assert cols.index("delta_rel_err") < cols.index("delta_rms_ulp_p99") < cols.index("delta_max_ulp")
+    assert (cols.index("delta_rel_err") < cols.index("delta_rms_ulp_p99")
+            < cols.index("delta_max_ulp"))
     assert cols.index("baseline_rms_ulp_p99") < cols.index("baseline_max_ulp")
     row = frame[frame.verdict == "LESS_ACCURATE"].iloc[0]
     assert row.delta_rms_ulp_p99 == pytest.approx(2.0) and row.fails
@@ -155,7 +158,8 @@ def test_reports_lead_with_rms_ulp_and_show_less_accurate():
 
 def test_html_escapes_row_text():
     rows = make_rows(ms=(1,))
-    bad = [replace(rows[0], status="error", error="<script>alert(1)</script> & <b>x</b>")] + rows[1:]
+    bad = ([replace(rows[0], status="error", error="<script>alert(1)</script> & <b>x</b>")]
+           + rows[1:])
     page = render_html(evaluate(bad, rows, S))
     assert "<script" not in page.lower() and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<b>x</b>" not in page
@@ -182,7 +186,8 @@ def _row(path, m, t, rel=2e-4, role="path", status="ok", dispatch="marlin_asym")
 
 def test_crossover_picks_the_fastest_correct_path():
     rows = [
-        _row("native_int4", 1, 30.0), _row("fp16_cache", 1, 20.0), _row("marlin_asym", 1, 10.0, rel=3e-3),
+        _row("native_int4", 1, 30.0), _row("fp16_cache", 1, 20.0),
+        _row("marlin_asym", 1, 10.0, rel=3e-3),
         _row("tinygemm", 1, 5.0, role="peer"),
         _row("native_int4", 16, 40.0), _row("fp16_cache", 16, 21.0), _row("marlin_asym", 16, 15.0),
         _row("native_int4", 64, 90.0), _row("fp16_cache", 64, 25.0), _row("marlin_asym", 64, 30.0),
@@ -214,26 +219,29 @@ def test_pool_rows_and_case_filter():
     pooled = {r.key: r for r in pool_rows(rounds)}
     k = rounds[0][0].key
     assert pooled[k].n_samples == 60
-    assert sorted(pooled[k].samples()) == pytest.approx(sorted(s for rs in rounds for s in rs[0].samples()))
+    assert sorted(pooled[k].samples()) == pytest.approx(
+        sorted(s for rs in rounds for s in rs[0].samples()))
     broken = [replace(rounds[1][0], status="error", error="boom")] + rounds[1][1:]
     assert {r.key: r for r in pool_rows([rounds[0], broken])}[k].status == "error"
     expr = case_filter(rounds[0][:1])
     from harness.cases import GemmCase, apply_filter
 
-    cases = [GemmCase(16, 2048, 2048, 128), GemmCase(16, 2048, 2048, 128, seed=1), GemmCase(1, 2048, 2048, 128)]
+    cases = [GemmCase(16, 2048, 2048, 128), GemmCase(16, 2048, 2048, 128, seed=1),
+             GemmCase(1, 2048, 2048, 128)]
     assert apply_filter(cases, expr) == cases[:1]
 
 
 def test_bench_command_line():
-    req = BenchRequest("A", "f" * 40, Path("/w"), Path("/o"), "production", 0, "M <= 64", ("marlin_asym", "fp16_cache"),
-                       ("graph",))
+    req = BenchRequest("A", "f" * 40, Path("/w"), Path("/o"), "production", 0, "M <= 64",
+                       ("marlin_asym", "fp16_cache"), ("graph",))
     assert bench_command(req, python="py") == [
         "py", "-m", "harness", "bench", "--matrix", "production", "--filter", "M <= 64",
         "--paths", "marlin_asym,fp16_cache", "--mode", "graph", "--no-compare", "--out", "/o"]
 
 
 def _git(repo, *args):
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
 
 
 @pytest.fixture()
@@ -299,7 +307,7 @@ def test_compare_revisions_interleaves_and_cleans_up(repo, tmp_path):
 
 
 def test_compare_remeasures_ambiguous_rows_interleaved(repo, tmp_path):
-    fake = FakeBench(first_rounds_samples=2)  # too few samples for any test: all moved rows AMBIGUOUS
+    fake = FakeBench(first_rounds_samples=2)  # too few samples for any test: moved rows AMBIGUOUS
     out = compare("HEAD~1", "HEAD", S, work_dir=tmp_path / "cmp", repo=repo, matrix="synthetic",
                   rounds=2, runner=fake, echo=lambda s: None)
     extra = fake.calls[4:]
@@ -315,8 +323,10 @@ def test_compare_stored_results_and_refusal(tmp_path):
     write_run(tmp_path / "a", base, RunMeta(matrix="synthetic", environment=env))
     write_run(tmp_path / "b", resample(base, 3, factor={"fp16_cache": 0.9}),
               RunMeta(matrix="synthetic", environment=replace(env, commit="b" * 40)))
-    write_run(tmp_path / "c", base, RunMeta(matrix="synthetic", environment=replace(env, gpu_name="RTX 4090")))
-    out = compare(str(tmp_path / "a"), str(tmp_path / "b"), S, work_dir=tmp_path / "o", repo=tmp_path)
+    write_run(tmp_path / "c", base,
+              RunMeta(matrix="synthetic", environment=replace(env, gpu_name="RTX 4090")))
+    out = compare(str(tmp_path / "a"), str(tmp_path / "b"), S, work_dir=tmp_path / "o",
+                  repo=tmp_path)
     assert {v.verdict for v in out.result.verdicts if v.path == "fp16_cache"} == {Verdict.FASTER}
     assert out.result.exit_code == 0
     with pytest.raises(ValueError, match="RTX 4090"):
@@ -339,7 +349,8 @@ def test_subprocess_runner_uses_the_worktree_package(tmp_path):
         (out / "m.csv").write_text("x\\n")
     """))
     (tree / "harness" / "mode").write_text("ok")
-    req = BenchRequest("A", "a" * 40, tree, tmp_path / "out" / "r0", "smoke", 0, None, (), ("cold",))
+    req = BenchRequest("A", "a" * 40, tree, tmp_path / "out" / "r0", "smoke", 0, None, (),
+                       ("cold",))
     subprocess_runner(req)
     assert json.loads((req.out_dir / "argv.json").read_text()) == [
         "bench", "--matrix", "smoke", "--mode", "cold", "--no-compare", "--out", str(req.out_dir)]
@@ -352,33 +363,40 @@ def test_subprocess_runner_uses_the_worktree_package(tmp_path):
 def test_cli_report_compare_and_baseline(tmp_path, capsys):
     from harness.cli import main
 
-    env = Environment(arch="sm90", gpu_name="synthetic H200", torch="2.11.0", cuda="13.0", commit="a" * 40)
+    env = Environment(arch="sm90", gpu_name="synthetic H200", torch="2.11.0", cuda="13.0",
+                      commit="a" * 40)
     base = make_rows(ms=(1, 16))
     write_run(tmp_path / "r0", base, RunMeta(matrix="synthetic", environment=env))
     write_run(tmp_path / "r1", resample(base, 2, factor={"marlin_asym": 1.1}),
               RunMeta(matrix="synthetic", environment=env))
     for i in range(2):
-        write_run(tmp_path / f"aa{i}", resample(base, 10 + i), RunMeta(matrix="synthetic", environment=env))
+        write_run(tmp_path / f"aa{i}", resample(base, 10 + i),
+                  RunMeta(matrix="synthetic", environment=env))
     bl = str(tmp_path / "baselines")
     assert main(["baseline", "accept", str(tmp_path / "r0"), "--root", bl, "--yes"]) == 0
-    assert main(["baseline", "calibrate", "--runs", str(tmp_path / "aa0"), str(tmp_path / "aa1"), "--root", bl]) == 0
+    assert main(["baseline", "calibrate", "--runs", str(tmp_path / "aa0"), str(tmp_path / "aa1"),
+                 "--root", bl]) == 0
     assert main(["baseline", "show", "--root", bl]) == 0
     assert "2 runs" in capsys.readouterr().out
-    assert main(["report", str(tmp_path / "r0"), "--baseline", bl, "--out", str(tmp_path / "rep0")]) == 0
+    assert main(["report", str(tmp_path / "r0"), "--baseline", bl,
+                 "--out", str(tmp_path / "rep0")]) == 0
     assert main(["report", str(tmp_path / "r1"), "--baseline", bl, "--out", str(tmp_path / "rep1"),
                  "--preset", "strict"]) == 1
     assert main(["report", str(tmp_path / "r1"), "--baseline", bl, "--out", str(tmp_path / "rep2"),
                  "--set", "min_effect=0.2"]) == 0
     md = (tmp_path / "rep1" / "report.md").read_text()
     assert "SLOWER" in md and "strict" in md
-    assert main(["compare", str(tmp_path / "r0"), str(tmp_path / "r1"), "--out", str(tmp_path / "cmp")]) == 1
-    assert {p.name for p in (tmp_path / "cmp").iterdir()} >= {"compare.csv", "compare.html", "compare.md"}
+    assert main(["compare", str(tmp_path / "r0"), str(tmp_path / "r1"),
+                 "--out", str(tmp_path / "cmp")]) == 1
+    assert ({p.name for p in (tmp_path / "cmp").iterdir()}
+            >= {"compare.csv", "compare.html", "compare.md"})
     capsys.readouterr()
     assert main(["report", str(tmp_path / "r1"), "--preset", "nope"]) == 2
     assert "unknown preset 'nope'" in capsys.readouterr().err
     (tmp_path / "broken").mkdir()
-    (tmp_path / "broken" / "m.csv").write_text(io.StringIO(",".join(column_names()) + "\n").getvalue()
-                                               + ",".join(["x"] * len(column_names())) + "\n")
+    (tmp_path / "broken" / "m.csv").write_text(
+        io.StringIO(",".join(column_names()) + "\n").getvalue()
+        + ",".join(["x"] * len(column_names())) + "\n")
     assert main(["report", str(tmp_path / "broken" / "m.csv")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "m.csv:2" in err and "schema_version" in err

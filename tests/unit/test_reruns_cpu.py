@@ -104,9 +104,11 @@ def test_the_runner_reports_the_modal_accuracy_and_that_a_path_varied():
         reg.register(p)
     fast = {"warmup_ms": 1, "max_case_seconds": 0.05, "min_samples": 5, "max_samples": 50,
             "target_rel_spread": 0.05, "accuracy_runs": 5}
-    ctx = RunContext(matrix="unit", device=torch.device("cpu"), settings=load_settings(overrides=fast),
+    ctx = RunContext(matrix="unit", device=torch.device("cpu"),
+                     settings=load_settings(overrides=fast),
                      modes=("cpu",), registry=reg, arch="cpu", device_name="cpu", commit="test")
-    rows = {r.path: r for r in Runner(ctx).run([GemmCase(M=4, N=128, K=256, group_size=128, seed=9)])}
+    case = GemmCase(M=4, N=128, K=256, group_size=128, seed=9)
+    rows = {r.path: r for r in Runner(ctx).run([case])}
     exact, flaky = rows["exact"], rows["flaky"]
     assert exact.status == flaky.status == "ok"
     assert (exact.accuracy_runs, exact.distinct_outputs, exact.nondeterminism_note) == (5, 1, "")

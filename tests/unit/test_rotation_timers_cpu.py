@@ -110,7 +110,8 @@ def test_graph_timer_replays_slices_round_robin(monkeypatch, calls, span):
     assert len(t.graphs) == len(slices)
     assert sorted(set(fake.eager)) == list(range(span))         # every copy warmed before capture
     per_call = [t() for _ in range(3 * len(slices))]
-    assert per_call == [pytest.approx(1e3 / len(slices[k % len(slices)])) for k in range(len(per_call))]
+    assert per_call == [pytest.approx(1e3 / len(slices[k % len(slices)]))
+                        for k in range(len(per_call))]
     assert fake.replayed[:len(slices)] == [[i % span for i in r] for r in slices]
     flat = [i for batch in fake.replayed for i in batch]
     if calls < span:                       # each copy comes back only after all the others

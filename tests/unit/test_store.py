@@ -34,7 +34,8 @@ from harness.results.writer import LOCK_NAME, DirLock, RowWriter, StoreLockedErr
 def _same(a, b) -> bool:
     da, db = a.to_dict(), b.to_dict()
     return all(
-        (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y)) or x == y
+        (isinstance(x, float) and isinstance(y, float) and math.isnan(x) and math.isnan(y))
+        or x == y
         for x, y in ((da[k], db[k]) for k in da)
     )
 
@@ -53,7 +54,8 @@ def test_round_trip_keeps_every_field(tmp_path, rows):
     assert back[0].samples() == pytest.approx(rows[0].samples())
     assert path.read_text().splitlines()[0].split(",") == column_names()
     cpu = make_rows(ms=(1,), cpu=True)
-    assert all(_same(a, b) for a, b in zip(cpu, read_rows(write_rows(tmp_path / "c.csv", cpu)), strict=True))
+    back = read_rows(write_rows(tmp_path / "c.csv", cpu))
+    assert all(_same(a, b) for a, b in zip(cpu, back, strict=True))
 
 
 def _bad(tmp_path, text: str):
@@ -111,19 +113,23 @@ def test_meta_round_trip_and_validation(tmp_path):
     env = Environment(arch="sm90", gpu_name="NVIDIA H200", torch="2.11.0", cuda="13.0",
                       extra={"nvcc": "13.0"})
     meta = RunMeta(matrix="production", commit="abc", arch="sm90", environment=env,
-                   ceilings={"copy_gbps": 4300.0, "fp16_tflops": 790.0}, settings={"preset": "default"})
+                   ceilings={"copy_gbps": 4300.0, "fp16_tflops": 790.0},
+                   settings={"preset": "default"})
     back = read_meta(write_meta(tmp_path / "m.json", meta))
     assert back.environment == env and back.environment.extra == {"nvcc": "13.0"}
     assert back.ceilings == meta.ceilings and back.matrix == "production" and back.created
     for text, field in [('{"schema_version": 1}', "'matrix'"),
                         ('{"schema_version": 2, "matrix": "m"}', "schema_version 2"),
-                        ('{"schema_version": 1, "matrix": "m", "ceilings": {"copy": "x"}}', "ceilings.copy"),
-                        ('{"schema_version": 1, "matrix": "m", "environment": []}', "'environment'"),
+                        ('{"schema_version": 1, "matrix": "m", "ceilings": {"copy": "x"}}',
+                         "ceilings.copy"),
+                        ('{"schema_version": 1, "matrix": "m", "environment": []}',
+                         "'environment'"),
                         ('{"schema_version": 1, "matrix": ', "malformed JSON")]:
         (tmp_path / "bad.json").write_text(text)
         with pytest.raises(SchemaError) as exc:
             read_meta(tmp_path / "bad.json")
-        assert field in str(exc.value) and "bad.json" in str(exc.value) and "\n" not in str(exc.value)
+        msg = str(exc.value)
+        assert field in msg and "bad.json" in msg and "\n" not in msg
 
 
 def test_atomic_write_leaves_old_file_on_failure(tmp_path, monkeypatch):

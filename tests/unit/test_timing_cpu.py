@@ -109,7 +109,8 @@ def test_sample_until_stops_at_the_time_cap_on_noise():
         clock.t += 0.1
         return float(rng.uniform(1.0, 3.0))
 
-    samples, reason, _ = T.sample_until(batch, _rule(max_case_seconds=2.0, max_samples=10_000), clock)
+    samples, reason, _ = T.sample_until(batch, _rule(max_case_seconds=2.0, max_samples=10_000),
+                                        clock)
     assert reason == "time_cap"
     assert 20 <= len(samples) <= 25                     # ~2 s / 0.1 s, checked every ~5%
 
@@ -117,7 +118,8 @@ def test_sample_until_stops_at_the_time_cap_on_noise():
 def test_sample_until_stops_at_max_samples():
     clock = FakeClock()
     rng = np.random.default_rng(3)
-    samples, reason, _ = T.sample_until(lambda: float(rng.uniform(1, 3)), _rule(max_samples=40), clock)
+    samples, reason, _ = T.sample_until(lambda: float(rng.uniform(1, 3)), _rule(max_samples=40),
+                                        clock)
     assert reason == "max_samples" and len(samples) == 40
 
 

@@ -25,13 +25,15 @@ PLUGIN = str(Path(__file__).resolve().parents[1] / "planted" / "slowdown_plugin.
 
 def _verdicts(csv_path: Path) -> dict[str, str]:
     with open(csv_path, newline="") as fh:
-        return {"|".join((r["case_id"], r["path"], r["mode"])): r["verdict"] for r in csv.DictReader(fh)}
+        return {"|".join((r["case_id"], r["path"], r["mode"])): r["verdict"]
+                for r in csv.DictReader(fh)}
 
 
 def test_stored_confirmations_are_replayed_by_report_and_compare(tmp_path, capsys):
     base = make_rows(ms=(1, 16, 64))
     write_run(tmp_path / "b0", base, RunMeta(matrix="synthetic", environment=ENV))
-    assert main(["baseline", "accept", str(tmp_path / "b0"), "--root", str(tmp_path / "bl"), "--yes"]) == 0
+    assert main(["baseline", "accept", str(tmp_path / "b0"), "--root", str(tmp_path / "bl"),
+                 "--yes"]) == 0
     # a run 6% slower on fp16_cache whose re-measurement comes back at +1% (a transient)
     cur = resample(base, 3, factor={"fp16_cache": 1.06})
     fresh = {r.key: r for r in resample(base, 4, factor={"fp16_cache": 1.01})}
@@ -45,14 +47,17 @@ def test_stored_confirmations_are_replayed_by_report_and_compare(tmp_path, capsy
     assert stored["exit_code"] == res.exit_code == 0
     assert {c["first"] for c in stored["confirmations"].values()} == {"SLOWER"}
     capsys.readouterr()
-    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "bl"), "--out", str(tmp_path / "rep")]) == 0
+    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "bl"),
+                 "--out", str(tmp_path / "rep")]) == 0
     assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
     assert _verdicts(tmp_path / "rep" / "report.csv") == stored["verdicts"]
-    assert main(["compare", str(tmp_path / "bl" / "sm90"), str(run_dir), "--out", str(tmp_path / "cmp")]) == 0
+    assert main(["compare", str(tmp_path / "bl" / "sm90"), str(run_dir),
+                 "--out", str(tmp_path / "cmp")]) == 0
     assert _verdicts(tmp_path / "cmp" / "compare.csv") == stored["verdicts"]
     # without the stored confirmations the first readings would have failed the gate
     (run_dir / "confirm" / "synthetic.csv").unlink()
-    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "bl"), "--out", str(tmp_path / "r2")]) == 1
+    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "bl"),
+                 "--out", str(tmp_path / "r2")]) == 1
     assert "verdicts differ from the bench's stored gate" in capsys.readouterr().out
 
 
@@ -60,9 +65,8 @@ def test_stored_confirmations_are_replayed_by_report_and_compare(tmp_path, capsy
 def test_cpu_bench_report_and_compare_agree_row_for_row(tmp_path, capsys, monkeypatch):
     """End to end on the CPU: a bench gated against a baseline, with a planted slowdown
     (so rows get confirmed), then report and compare of what it stored."""
-    from harness.kernels.base import PATHS
-
     from harness.commands import bench as bench_command
+    from harness.kernels.base import PATHS
 
     monkeypatch.setattr(PATHS, "_paths", dict(PATHS._paths))     # the plugin's swap stays here
     loaded: list[dict] = []
@@ -90,10 +94,12 @@ def _bench_report_compare(tmp_path, capsys, monkeypatch, PATHS):
     stored = json.loads((run_dir / "smoke.json").read_text())["gate"]
     assert stored["exit_code"] == rc and stored["verdicts"]
     capsys.readouterr()
-    got = main(["report", str(run_dir), "--baseline", str(tmp_path / "bl"), "--out", str(tmp_path / "rep")])
+    got = main(["report", str(run_dir), "--baseline", str(tmp_path / "bl"),
+                "--out", str(tmp_path / "rep")])
     assert got == rc
     assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
     assert _verdicts(tmp_path / "rep" / "report.csv") == stored["verdicts"]
-    got = main(["compare", str(tmp_path / "bl" / "cpu"), str(run_dir), "--out", str(tmp_path / "cmp"),
+    got = main(["compare", str(tmp_path / "bl" / "cpu"), str(run_dir),
+                "--out", str(tmp_path / "cmp"),
                 "--set", "gate_eager_speed=1", "--set", "max_case_seconds=0.3"])
     assert got == rc and _verdicts(tmp_path / "cmp" / "compare.csv") == stored["verdicts"]

@@ -88,7 +88,8 @@ def choose_variant(variant: str | None, provider: str) -> str:
         if not variant_requested(variant):
             return "two_kernel"
         raise CorrectionVariantError(
-            f"variant: {name!r} needs the quanto provider (provider {provider} runs two_kernel only)")
+            f"variant: {name!r} needs the quanto provider "
+            f"(provider {provider} runs two_kernel only)")
     return name
 
 
@@ -184,7 +185,8 @@ class MarlinAsymPath(GemmPath):
     def implementation(self, device: torch.device) -> str:
         variant = choose_variant(self.variant, get_provider().name)
         if device.type == "cpu":
-            return ("CPU emulation: float64 A @ W_implied (unpacked Marlin pack) + Python correction; "
+            return ("CPU emulation: float64 A @ W_implied (unpacked Marlin pack) "
+                    "+ Python correction; "
                     f"not Marlin (correction variant {describe(variant)} not emulated)")
         prov = get_provider()
         cap = ""
@@ -246,7 +248,8 @@ class MarlinAsymPath(GemmPath):
         vid = EXT_IDS[name] if name in EXT_IDS else ext_id(name)   # ext_id raises on a bad name
         if vid is not None and st["provider"] == "quanto":
             call = self._ext_call or self._bind()      # the lean route: one C++ call
-            rc = call(A, out, *st["vargs"], st["groupsize"], vid, self.correction_flags, DEFAULT_MAX_PAR)
+            rc = call(A, out, *st["vargs"], st["groupsize"], vid, self.correction_flags,
+                      DEFAULT_MAX_PAR)
         else:
             rc = marlin_mm_asymmetric(A, st["pack"], out, st["workspace"], st["provider"],
                                       st["groupsize"], variant=name, flags=self.correction_flags)
@@ -254,7 +257,8 @@ class MarlinAsymPath(GemmPath):
             raise KernelReturnCode(self.name, rc, rc_meaning(rc))
         return out
 
-    def run_marlin_only(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    def run_marlin_only(self, prepared: Prepared, A: torch.Tensor,
+                        out: torch.Tensor) -> torch.Tensor:
         """Marlin's symmetric GEMM alone (no zeroing, no correction): for timing the overhead."""
         st = prepared.state
         if prepared.device.type == "cpu":
@@ -262,9 +266,11 @@ class MarlinAsymPath(GemmPath):
             return out
         if st["provider"] == "quanto":       # the same lean entry as the variants
             call = self._ext_call or self._bind()
-            rc = call(A, out, *st["vargs"], st["groupsize"], EXT_IDS["marlin_only"], 0, DEFAULT_MAX_PAR)
+            rc = call(A, out, *st["vargs"], st["groupsize"], EXT_IDS["marlin_only"], 0,
+                      DEFAULT_MAX_PAR)
         else:
-            rc = get_provider(st["provider"]).gemm(A, st["pack"], out, st["workspace"], st["groupsize"])
+            rc = get_provider(st["provider"]).gemm(A, st["pack"], out, st["workspace"],
+                                                   st["groupsize"])
         if rc != 0:
             raise KernelReturnCode(self.name, rc, rc_meaning(rc))
         return out

@@ -19,7 +19,8 @@ from __future__ import annotations
 RC_MEANING = {
     0: "ok",
     1: "problem shape not divisible by Marlin's thread tile (N % thread_n or K % thread_k)",
-    2: "no Marlin kernel instantiated for this (M blocks, thread_n, thread_k, groupsize) configuration",
+    2: "no Marlin kernel instantiated for this (M blocks, thread_n, thread_k, groupsize) "
+       "configuration",
 }
 DEFAULT_MAX_PAR = 16
 #: mma.sync m16n8k16 and cp.async: SM 8.0 or newer.
@@ -69,7 +70,8 @@ def marlin_groupsize_for(group_size: int, K: int, translate: bool = True) -> int
     return -1 if translate and group_size == K else group_size
 
 
-def expected_marlin_rc(M: int, N: int, K: int, groupsize: int, max_par: int = DEFAULT_MAX_PAR) -> int:
+def expected_marlin_rc(M: int, N: int, K: int, groupsize: int,
+                       max_par: int = DEFAULT_MAX_PAR) -> int:
     """The status marlin_cuda returns for this problem with default thread sizes (a model)."""
     thread_k, thread_n = (128, 128) if M <= 16 else (64, 256)
     group_blocks = -1 if groupsize == -1 else groupsize // 16
@@ -103,5 +105,6 @@ def marlin_unsupported_reason(M: int, N: int, K: int, group_size: int) -> str | 
         return f"Marlin's layout needs N % 64 == 0 and K % 16 == 0 (N={N}, K={K})"
     rc = expected_marlin_rc(M, N, K, marlin_groupsize_for(group_size, K))
     if rc:
-        return f"Marlin has no kernel for this shape: its launcher returns rc={rc} ({rc_meaning(rc)})"
+        return ("Marlin has no kernel for this shape: "
+                f"its launcher returns rc={rc} ({rc_meaning(rc)})")
     return None

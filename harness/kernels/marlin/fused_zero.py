@@ -73,7 +73,8 @@ class MarlinFusedZeroPath(GemmPath):
 
     def run(self, prepared: Prepared, A: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         st = prepared.state
-        rc = PROVIDERS["quanto"].gemm(A, st["pack"], out, st["workspace"], st["groupsize"], sz=st["sz"])
+        rc = PROVIDERS["quanto"].gemm(A, st["pack"], out, st["workspace"], st["groupsize"],
+                                      sz=st["sz"])
         if rc != 0:
             raise KernelReturnCode(self.name, rc, rc_meaning(rc))
         return out

@@ -231,7 +231,8 @@ class MarlinPack:
         if self.marlin_groupsize not in (-1, self.group_size) or (
                 self.marlin_groupsize == -1 and self.group_size != self.K):
             raise MarlinPackError(
-                f"marlin_groupsize: {self.marlin_groupsize} does not fit group_size={self.group_size}"
+                f"marlin_groupsize: {self.marlin_groupsize} "
+                f"does not fit group_size={self.group_size}"
             )
         expect = {"B": (torch.int32, (self.K // TILE, 2 * self.N)),
                   "scales": (torch.float16, (G, self.N)), "delta": (torch.float32, (G, self.N))}

@@ -70,7 +70,8 @@ class MarlinProvider(ABC):
         major, minor = torch.cuda.get_device_capability(device)
         if (major, minor) < MIN_CAPABILITY:
             need = ".".join(map(str, MIN_CAPABILITY))
-            return f"Marlin needs SM {need} or newer (mma.sync m16n8k16, cp.async); this GPU is SM {major}.{minor}"
+            return (f"Marlin needs SM {need} or newer (mma.sync m16n8k16, cp.async); "
+                    f"this GPU is SM {major}.{minor}")
         return None
 
 
@@ -109,7 +110,8 @@ class UpstreamProvider(MarlinProvider):
         try:
             mod = self._module()
         except ImportError as exc:
-            return f"upstream Marlin is not installed (import marlin failed: {exc}); see github.com/IST-DASLab/marlin"
+            return (f"upstream Marlin is not installed (import marlin failed: {exc}); "
+                    "see github.com/IST-DASLab/marlin")
         if not hasattr(mod, "mul"):
             return "the installed 'marlin' module has no mul(); it is not IST-DASLab's Marlin"
         return marlin_unavailable_reason()  # the correction kernels come from our extension
@@ -136,4 +138,5 @@ def get_provider(name: str | None = None) -> MarlinProvider:
     try:
         return PROVIDERS[name]
     except KeyError:
-        raise ValueError(f"Marlin provider {name!r} is unknown; valid: {', '.join(PROVIDERS)}") from None
+        raise ValueError(
+            f"Marlin provider {name!r} is unknown; valid: {', '.join(PROVIDERS)}") from None

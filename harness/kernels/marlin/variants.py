@@ -70,9 +70,12 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("fused_pdl", 5, "correction",
             "the fused kernel launched with programmatic dependent launch (SM 9.0+): all work "
             "but the C update runs before griddepcontrol.wait; plain launch before SM 9.0"),
-    Variant("marlin_only", 0, "baseline", "Marlin alone (no zeroing, no correction): the overhead baseline"),
-    Variant("empty", 6, "floor", "Marlin + one empty kernel: the floor of any one-kernel correction"),
-    Variant("empty_pdl", 7, "floor", "Marlin + one empty kernel launched with PDL: the floor of fused_pdl"),
+    Variant("marlin_only", 0, "baseline",
+            "Marlin alone (no zeroing, no correction): the overhead baseline"),
+    Variant("empty", 6, "floor",
+            "Marlin + one empty kernel: the floor of any one-kernel correction"),
+    Variant("empty_pdl", 7, "floor",
+            "Marlin + one empty kernel launched with PDL: the floor of fused_pdl"),
     Variant("auto", None, "auto", "per call, the variant AUTO_BY_CLASS names for M's shape class"),
 )}
 
@@ -91,7 +94,9 @@ SHAPE_CLASSES = (("decode", 1, 16), ("mid", 17, 256), ("large", 257, math.inf))
 #: The variant ``auto`` runs per shape class: the line ``correction_study`` printed under
 #: "Recommendation" on the H200 (docs/hopper.md sections 4-5). Re-run the study on another
 #: GPU before trusting it there; paste the line it prints.
-AUTO_BY_CLASS: dict[str, str] = {"decode": "side_stream", "mid": "side_stream", "large": "side_stream"}
+AUTO_BY_CLASS: dict[str, str] = {
+    "decode": "side_stream", "mid": "side_stream", "large": "side_stream",
+}
 
 
 def shape_class(M: int) -> str:
@@ -122,7 +127,8 @@ def resolve_variant(name: str | None, default: str) -> str:
 
 
 def variant_requested(name: str | None) -> bool:
-    """True when ``name`` or ``$HARNESS_CORRECTION_VARIANT`` asks for a variant (not the default)."""
+    """True when ``name`` or ``$HARNESS_CORRECTION_VARIANT`` asks for a variant (not the
+    default)."""
     return name is not None or bool(os.environ.get(VARIANT_ENV, "").strip())
 
 
@@ -138,14 +144,16 @@ def describe(name: str) -> str:
     """``name``, and for ``auto`` what it runs per class (for row notes and the environment)."""
     if name != "auto":
         return name
-    return "auto (" + ", ".join(f"{c}={AUTO_BY_CLASS.get(c, 'two_kernel')}" for c, _, _ in SHAPE_CLASSES) + ")"
+    picks = ", ".join(f"{c}={AUTO_BY_CLASS.get(c, 'two_kernel')}" for c, _, _ in SHAPE_CLASSES)
+    return f"auto ({picks})"
 
 
 def ext_id(name: str) -> int | None:
     """The extension id of a concrete variant (None for ``two_kernel``)."""
     v = VARIANTS[check_variant_name(name)]
     if v.kind == "auto":
-        raise CorrectionVariantError("variant: 'auto' has no id; resolve it with concrete_variant(name, M)")
+        raise CorrectionVariantError(
+            "variant: 'auto' has no id; resolve it with concrete_variant(name, M)")
     return v.ext_id
 
 
