@@ -4,7 +4,7 @@ ppl, wheelhouse.
 CPU sessions make their own virtualenv and install the project with its extras from
 pyproject.toml (torch pinned to the CPU build in ``CPU_TORCH``). GPU sessions run in the
 ACTIVE environment (``python=False``): GPU machines carry one curated environment with a
-CUDA torch that a nox venv cannot see, even with system site packages (DESIGN.md); they
+CUDA torch that a nox venv cannot see, even with system site packages; they
 check for a CUDA torch and install what is missing from a local wheelhouse
 (``nox -s wheelhouse`` builds one). Arguments after ``--`` pass through to ``harness``.
 """

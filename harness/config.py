@@ -137,6 +137,8 @@ class Settings:
         """The thresholds (and their provenance) as a JSON-ready dict."""
         d = asdict(self)
         d["overrides"] = list(self.overrides)
+        # the file's name, not its path on this machine: runs and baselines travel
+        d["source"] = self.source if self.source.startswith("<") else Path(self.source).name
         return d
 
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,8 @@ def test_settings_are_frozen_and_typed():
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.alpha = 0.5  # type: ignore[misc]
     assert isinstance(s.min_samples, int) and isinstance(s.rel_err_gate, float)
-    assert Settings.from_dict(s.to_dict()) == s
+    assert Settings.from_dict(s.to_dict()) == replace(s, source="pyproject.toml")
+    assert "/" not in s.to_dict()["source"]       # no machine path travels with a run
 
 
 def test_a_run_stored_before_a_setting_existed_reads_with_its_old_meaning():
@@ -136,7 +138,7 @@ def test_retired_ulp_settings_of_old_runs_still_load():
     s = Settings.from_dict(d)
     assert not hasattr(s, "ulp_tolerance") and not hasattr(s, "ulp_rel_tolerance")
     assert (s.rel_err_growth, s.rms_ulp_slack, s.rms_ulp_growth) == (0.10, 0.25, 0.10)
-    assert s == load_settings("default")
+    assert s == replace(load_settings("default"), source="pyproject.toml")
 
 
 def test_retired_keys_in_an_old_pyproject_are_ignored_but_refused_on_the_command_line(tmp_path):
