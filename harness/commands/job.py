@@ -179,7 +179,8 @@ def run(args: argparse.Namespace) -> int:
             {"commit": git_commit(), "exit_code": worst,
              "wall_s": round(time.perf_counter() - t0, 1),
              "steps": [r.__dict__ for r in results]}, indent=2) + "\n", encoding="utf-8")
-        print(f"harness job: reports of this run: harness report {run_dir} --baseline {args.baselines}")
+        print(f"harness job: reports of this run: harness report {run_dir} "
+              f"--baseline {args.baselines}")
     return worst
 
 

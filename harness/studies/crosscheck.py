@@ -122,6 +122,23 @@ def per_name_us(activity: list[tuple[str, float]], calls: int,
     return tuple(sorted(((k, v / calls) for k, v in sums.items()), key=lambda kv: -kv[1]))
 
 
+def profiled_spans(fn, reps: int) -> list[tuple[str, float, float]]:
+    """``device_spans`` of ``reps`` calls of ``fn`` under torch.profiler (CUDA activity),
+    the device synchronised before and after."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    fd, trace = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(trace)
+        return device_spans(trace)
+    finally:
+        os.unlink(trace)
+
+
 def crosscheck(case, path, device, settings, batches: int = 20) -> CrossCheck:
     """Event-timed cold and graph medians and the profiler's device time for one (case, path)."""
     rule = StopRule.from_settings(settings)
@@ -131,18 +148,7 @@ def crosscheck(case, path, device, settings, batches: int = 20) -> CrossCheck:
     graph_res = time_batches(graph.timer, rule, mode="graph")
     graph.close()
     cold.batch()
-    torch.cuda.synchronize(device)
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(batches):
-            cold.batch()
-        torch.cuda.synchronize(device)
-    fd, trace = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(trace)
-        spans = device_spans(trace)
-    finally:
-        os.unlink(trace)
+    spans = profiled_spans(cold.batch, batches)
     calls = batches * cold.calls
     return CrossCheck(case.id, path.name, cold_res.stats.median, graph_res.stats.median,
                       busy_us(spans) / calls, len(spans) / calls, cold.calls,

@@ -20,19 +20,16 @@ For each (case, path):
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import tempfile
 import threading
 import time
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 from harness.measure.envinfo import nvml_device
 from harness.measure.single import setup_timing
 
-from .crosscheck import busy_us, device_spans
+from .crosscheck import busy_us, profiled_spans
 from .study_cli import case_path_parser, case_paths
 
 IDLE_RATIOS = (1.0, 3.0)
@@ -41,22 +38,6 @@ IDLE_RATIOS = (1.0, 3.0)
 def _median_of(fn, n: int) -> float:
     fn()
     return statistics.median(fn() for _ in range(n))
-
-
-def _profile(fn, reps: int):
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    fd, trace = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(trace)
-        spans = device_spans(trace)
-    finally:
-        os.unlink(trace)
-    return spans
 
 
 def _span_stats(spans, calls: int) -> dict:
@@ -134,7 +115,7 @@ def one(case, path, device, sampler, reps: int) -> dict:
         if sampler:
             out[f"graph_idle{ratio:g}_clock"] = sampler(g.batch, 0.5)
     g.timer.idle_ratio = 0.0
-    spans = _profile(g.batch, 10)
+    spans = profiled_spans(g.batch, 10)
     out["graph_prof"] = _span_stats(spans, 10 * g.calls)
     if sampler:
         out["graph_clock"] = sampler(g.batch, 0.5)
@@ -158,14 +139,14 @@ def one(case, path, device, sampler, reps: int) -> dict:
         return s.elapsed_time(e) * 1e3 / len(graphs)
 
     out["graph1"] = _median_of(batch1, reps)
-    out["graph1_prof"] = _span_stats(_profile(batch1, 10), 10 * len(graphs))
+    out["graph1_prof"] = _span_stats(profiled_spans(batch1, 10), 10 * len(graphs))
     for gr in graphs:
         gr.reset()
     graphs.clear()
     g.close()
     c = setup_timing(case, path, device, "cold")
     out["cold"] = _median_of(c.batch, reps)
-    cspans = _profile(c.batch, 10)
+    cspans = profiled_spans(c.batch, 10)
     out["cold_prof"] = _span_stats(cspans, 10 * c.calls)
     if sampler:
         out["cold_clock"] = sampler(c.batch, 0.5)
