@@ -53,7 +53,7 @@ from ..results.environment import (
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run, now_iso
 from ..results.writer import DirLock
-from .common import add_settings_args, csv_list, settings_from_args
+from .common import add_settings_args, csv_list, plain, settings_from_args
 
 RUNS_HELP = ("A/A result directories of one commit, from separate processes on separate "
              "machines (at least 4 processes on 3 machines for a baseline that must hold on a "
@@ -62,7 +62,8 @@ RUNS_HELP = ("A/A result directories of one commit, from separate processes on s
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("baseline", help="accept, record, calibrate or show baselines",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     bsub = p.add_subparsers(dest="baseline_command", required=True, metavar="ACTION")
     a = bsub.add_parser("accept",
                         help="print the diff against the current baseline, then promote RUN")

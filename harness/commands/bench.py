@@ -28,14 +28,15 @@ from pathlib import Path
 from ..cases import MATRICES
 from ..config import load_settings, parse_overrides
 from ..results.environment import STRICT_ENV_HELP
-from .common import gate_against_baseline
+from .common import gate_against_baseline, plain
 
 ARCH_HELP = "expected GPU arch, e.g. sm90; on a different GPU: skip (exit 0) unless --force"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="measure a shape matrix through the GEMM paths and gate it",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--matrix", "-m", default=None,
                    help="comma list of matrices (default: production on a GPU, smoke on a CPU)")
     p.add_argument("--filter", "-f", default=None,

@@ -8,11 +8,12 @@ from rich.console import Console
 from rich.table import Table
 
 from ..cases import MATRICES
+from .common import plain
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("cases", help="print the cases of a shape matrix",
-                       description=__doc__)
+                       description=plain(__doc__))
     p.add_argument("--matrix", "-m", default="smoke",
                    help=f"matrix name ({', '.join(MATRICES.names())}; default smoke)")
     p.add_argument("--filter", "-f", default=None,

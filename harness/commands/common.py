@@ -10,6 +10,7 @@ the run (``reports.gate_record``). Torch-free.
 from __future__ import annotations
 
 import argparse
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -99,3 +100,11 @@ def gate_against_baseline(
     counts = {str(k): n for k, n in result.counts().items() if n}
     echo(f"{command}: gate {matrix} vs {bdir}: {counts}; exit {result.exit_code}")
     return result.exit_code
+
+
+def plain(doc: str | None) -> str:
+    """A module docstring as plain ``--help`` text: reST double backticks and the
+    ``:role:`` markers dropped (``harness bench`` -> harness bench)."""
+    text = doc or ""
+    text = re.sub(r":[a-z]+:`([^`]+)`", r"\1", text)
+    return text.replace("``", "")

@@ -42,12 +42,13 @@ from ..reports.verdicts import GateResult
 from ..results.environment import STRICT_ENV_HELP
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run
-from .common import add_settings_args, csv_list, settings_from_args
+from .common import add_settings_args, csv_list, plain, settings_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="compare two result sets or two git revisions (B against A)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("a", help="baseline side: result CSV/directory or git revision")
     p.add_argument("b", help="current side: result CSV/directory or git revision")
     p.add_argument("--out", default=None,
@@ -136,9 +137,17 @@ def subprocess_runner(req: BenchRequest) -> None:
                            f"{proc.returncode}: {tail[0].strip()} (log {log})")
 
 
+class GitMissing(CompareError):
+    """No git executable: revisions cannot be resolved or checked out (one line)."""
+
+
 def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                          check=False)
+    try:
+        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
+                              check=False)
+    except FileNotFoundError:
+        raise GitMissing("git is not installed (or not on PATH): comparing git revisions "
+                           "needs it; stored result directories compare without it") from None
     if proc.returncode != 0:
         msg = (proc.stderr.strip().splitlines() or ["git failed"])[-1]
         raise CompareError(f"git {' '.join(args)}: {msg}")
@@ -151,6 +160,8 @@ def resolve_revision(repo: Path, spec: str) -> str:
         raise CompareError(f"{spec!r} is neither a result path nor a git revision")
     try:
         return _git(repo, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}")
+    except GitMissing:
+        raise
     except CompareError:
         raise CompareError(
             f"{spec!r} is neither a result path nor a git revision of {repo}") from None

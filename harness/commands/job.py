@@ -30,6 +30,7 @@ from ..errors import EXPECTED_ERRORS, one_line
 from ..reports.verdicts import FAILING
 from ..results.store import read_meta, read_rows
 from . import bench, ppl
+from .common import plain
 
 #: (step name, matrix) of the job, in order; ``--cpu``: the CPU paths on the smoke matrix
 #: and the g128 fixture (CPU timings are information: the gate there is accuracy,
@@ -54,7 +55,8 @@ class StepResult:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("job",
                        help="the main GPU job: production + swiglu + ppl, gated, one summary",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--arch", default=None, help="expected GPU arch, e.g. sm90 (see harness bench)")
     p.add_argument("--force", action="store_true", help="run on a GPU of another arch")
     p.add_argument("--cpu", action="store_true",

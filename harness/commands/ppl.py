@@ -24,13 +24,14 @@ from ..config import load_settings, parse_overrides
 from ..results.environment import STRICT_ENV_HELP, Environment
 from ..results.store import RunMeta, run_dir
 from ..results.writer import RowWriter
-from .common import csv_list, gate_against_baseline
+from .common import csv_list, gate_against_baseline, plain
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("ppl",
                        help="perplexity drift per GEMM path on the fixture or a local HF model",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--fixture", default="all", choices=("g128", "row", "all"),
                    help="fixture variant (default all)")
     p.add_argument("--fixture-dir", default=None,

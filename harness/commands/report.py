@@ -21,13 +21,14 @@ from ..reports.render import write_reports
 from ..results.baseline import baseline_dir, check_baseline, load_baseline, run_settings
 from ..results.environment import STRICT_ENV_HELP, warning_lines, with_env_warnings
 from ..results.store import load_run
-from .common import add_settings_args, stored_settings
+from .common import add_settings_args, plain, stored_settings
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report",
                        help="render CSV/HTML/Markdown reports of a stored run, optionally gated",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=plain(__doc__),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run", help="a result CSV, its json, or a results directory "
                                "(results/<commit>/<arch>)")
     p.add_argument("--baseline", default=None, metavar="DIR",

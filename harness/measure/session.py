@@ -88,7 +88,12 @@ class BenchSession:
         mode = "resume" if self.resume else ("overwrite" if self.overwrite else "new")
         ctx = self.context(matrix)
         if self.resume and json_path.is_file():
-            old = read_meta(json_path).extra.get("row_notes", {})
+            stored = read_meta(json_path)
+            why = resume_difference(stored, self._meta(matrix, {}))
+            if why:
+                raise ValueError(f"--resume: {csv_path} was measured with {why}; resume it with "
+                                 "the same options, or start over with --overwrite")
+            old = stored.extra.get("row_notes", {})
             ctx.notes.update({str(k): str(v) for k, v in dict(old).items()})
         try:
             writer = RowWriter(csv_path, meta=self._meta(matrix, ctx.notes), mode=mode).open()
@@ -175,6 +180,28 @@ def _source_path(registry, case, name: str) -> str:
     return name
 
 
+#: What a resumed run must share with the stored one (the json's extra keys), besides the
+#: matrix and every setting: rows measured otherwise would be mixed into one CSV.
+RESUME_KEYS = ("modes", "paths", "filter", "plugins", "cpu_threads")
+
+
+def resume_difference(stored: RunMeta, now: RunMeta) -> str | None:
+    """None when ``now`` may continue ``stored``; else what differs, in words."""
+    if stored.matrix != now.matrix:
+        return f"matrix {stored.matrix}, now {now.matrix}"
+    old, new = dict(stored.settings), dict(now.settings)
+    for key in ["preset", *sorted(set(old) | set(new))]:
+        if key in ("source", "overrides"):
+            continue
+        if key in old and key in new and old[key] != new[key]:
+            return f"setting {key} = {old[key]}, now {new[key]}"
+    for key in RESUME_KEYS:
+        a, b = stored.extra.get(key), now.extra.get(key)
+        if a is not None and b is not None and a != b:
+            return f"{key} {a}, now {b}"
+    return None
+
+
 def aa_summary(rel_deltas: list[float]) -> str:
     """'n=.., median ..%, p95 ..%, max ..%' of relative |delta median|."""
     if not rel_deltas:
@@ -194,8 +221,12 @@ def _cell(rows: dict, case_id: str, path: str, modes) -> str:
         elif r.status == "ok":
             parts.append(f"{r.time_us_median:.1f}")
         else:
-            parts.append(r.status[:5].upper())
+            parts.append(STATUS_CODES.get(r.status, r.status))
     return " / ".join(parts)
+
+
+#: Short codes for a row that has no time, in the terminal table (legend printed below it).
+STATUS_CODES = {"unavailable": "n/a", "error": "ERR", "rejected": "REJ"}
 
 
 def print_table(rows: list[ResultRow], modes, paths, title: str, max_cases: int = 60) -> None:
@@ -210,6 +241,8 @@ def print_table(rows: list[ResultRow], modes, paths, title: str, max_cases: int 
         table.add_row(cid, *(_cell(index, cid, p, modes) for p in paths))
     console = Console(width=160, stderr=False)
     console.print(table)
+    console.print("n/a = unavailable here (reason in the CSV), ERR = error, REJ = rejected "
+                  "(a time under the datasheet floor), - = not measured", highlight=False)
     if len(case_ids) > max_cases:
         console.print(f"... {len(case_ids) - max_cases} more cases in the CSV")
     for p in paths:

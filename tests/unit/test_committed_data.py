@@ -24,7 +24,8 @@ def _strings(obj):
         yield obj
 
 
-@pytest.mark.parametrize("path", sorted(ROOT.glob("*/*.json")), ids=lambda p: f"{p.parent.name}/{p.name}")
+@pytest.mark.parametrize("path", sorted(ROOT.glob("*/*.json")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_a_baseline_json_holds_no_machine_path(path):
     bad = [s for s in _strings(json.loads(path.read_text())) if s.startswith("/")
            or "/tmp/" in s or "/work/" in s or "/home/" in s]
