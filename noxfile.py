@@ -187,11 +187,18 @@ def report(session: nox.Session) -> None:
     session.run("harness", "report", *session.posargs)
 
 
-@nox.session(python=False, default=False)
+@nox.session(default=False)
 def compare(session: nox.Session) -> None:
-    """nox -s compare -- A B  (result sets or git revisions; revisions run on this GPU)."""
-    _active_env(session, need_cuda=False)
-    session.run("python", "-m", "harness", "compare", *session.posargs)
+    """nox -s compare -- A B: two stored result directories (any machine, no GPU, in this
+    session's own venv), or git revisions measured here (then run `harness compare A B` in
+    the environment that has the CUDA torch: a nox venv cannot see it)."""
+    sides = [a for a in session.posargs if not a.startswith("-")][:2]
+    if len(sides) == 2 and not all(os.path.exists(a) for a in sides):
+        session.error("compare of git revisions measures them on this machine's GPU: run "
+                      f"`python -m harness compare {' '.join(session.posargs)}` in the "
+                      "environment that has the CUDA torch (nox -s compare is for stored results)")
+    _cpu_env(session)
+    session.run("harness", "compare", *session.posargs)
 
 
 @nox.session(python=False, default=False)

@@ -19,7 +19,15 @@ from ..results.schema import ResultRow
 from .crossover import crossover, crossover_frame, dispatch_rule
 from .markdown import summary_line
 from .plots import Plot, all_plots
-from .verdicts import GateResult, RowVerdict, Verdict
+from .verdicts import (
+    MEANINGS,
+    STAND_IN_MARK,
+    STAND_IN_NOTE,
+    GateResult,
+    RowVerdict,
+    Verdict,
+    is_stand_in,
+)
 
 VERDICT_COLOURS = {
     Verdict.SLOWER: "#f8c4c4", Verdict.WORSE_ACCURACY: "#f4a6a6", Verdict.LOST_DISPATCH: "#f6b98a",
@@ -68,7 +76,8 @@ def _verdict_frame(verdicts: Sequence[RowVerdict]):
         r = v.row
         cur = v.current
         recs.append({
-            "verdict": str(v.verdict), "case": v.case_id, "path": v.path, "mode": v.mode,
+            "verdict": str(v.verdict), "case": v.case_id,
+            "path": v.path + (f" {STAND_IN_MARK}" if is_stand_in(r) else ""), "mode": v.mode,
             "M": r.M, "N": r.N, "K": r.K, "gs": r.group_size,
             "status": cur.status if cur else "(absent)",
             "dispatch": cur.dispatch_path if cur else "",
@@ -199,6 +208,10 @@ def render_html(
                 "per-element ULPs are detail")
     meta += [f'<b class="envwarn">⚠ {esc(n)}</b>' if is_env_note(n) else esc(n)
              for n in (*result.notes, *extra_notes)]
+    if any(is_stand_in(v.row) for v in result.verdicts):
+        meta.append(f'<span id="stand-in-note">{esc(STAND_IN_NOTE)}</span>')
+    glossary = "".join(f"<tr><td><b>{esc(str(k))}</b></td><td>{esc(t)}</td></tr>"
+                       for k, t in MEANINGS.items())
     banner_cls = "pass" if result.passed else "fail"
     flagged = [v for v in result.verdicts if v.fails or v.verdict == Verdict.AMBIGUOUS]
     regress = (_styled_table(_verdict_frame(flagged), "regressions") if flagged
@@ -216,7 +229,8 @@ def render_html(
 <h1>{esc(title)}</h1>
 {''.join(f'<p class="meta">{m}</p>' for m in meta)}
 <nav><a href="#regressions">Regressions</a><a href="#tables">Tables</a>
-<a href="#crossover">Crossover</a><a href="#plots">Plots</a></nav>
+<a href="#crossover">Crossover</a><a href="#plots">Plots</a>
+<a href="#glossary">Verdicts explained</a></nav>
 <section id="regressions"><h2>Regression summary</h2>
 <div class="banner {banner_cls}" id="gate-status">{esc(summary_line(result))}</div>
 {_badges(result)}
@@ -226,5 +240,8 @@ def render_html(
 <section id="crossover"><h2>Crossover: fastest correct path per shape and M</h2>
 {_crossover_html(rows, s.rel_err_gate)}</section>
 <section id="plots"><h2>Plots</h2>{_plots_html(all_plots(rows))}</section>
+<section id="glossary"><h2>Verdicts explained</h2><table>{glossary}</table>
+<p class="note">Peers never fail; eager (cold), CPU and model-forward times are information
+unless gate_eager_speed = 1. Exit codes: 0 pass, 1 a failing verdict, 2 an error.</p></section>
 </body></html>
 """

@@ -8,7 +8,15 @@ import math
 from collections.abc import Sequence
 
 from ..results.environment import Environment, is_env_note
-from .verdicts import GateResult, RowVerdict, Verdict
+from .verdicts import (
+    MEANINGS,
+    STAND_IN_MARK,
+    STAND_IN_NOTE,
+    GateResult,
+    RowVerdict,
+    Verdict,
+    is_stand_in,
+)
 
 _ICON = {Verdict.SLOWER: "🐢", Verdict.FASTER: "🚀", Verdict.WORSE_ACCURACY: "🎯",
          Verdict.LESS_ACCURATE: "📉", Verdict.NONDETERMINISTIC: "🎲", Verdict.LOST_DISPATCH: "↪️",
@@ -35,7 +43,7 @@ def text_table(result: GateResult, changes_only: bool = False, max_rows: int = 6
     """A fixed-width table for the terminal (SAME rows hidden when ``changes_only``)."""
     rows = [v for v in result.verdicts if not (changes_only and v.verdict == Verdict.SAME)]
     head = ("verdict", "case", "path", "mode", "base µs", "cur µs", "Δ time", "detail")
-    body = [(str(v.verdict) + (" *" if v.fails else ""), v.case_id, v.path, v.mode,
+    body = [(str(v.verdict) + (" *" if v.fails else ""), v.case_id, _path(v), v.mode,
              fmt_us(v.base_median_us), fmt_us(v.cur_median_us), fmt_pct(v.time_change),
              _detail(v, 70))
             for v in rows[:max_rows]]
@@ -46,7 +54,14 @@ def text_table(result: GateResult, changes_only: bool = False, max_rows: int = 6
     if len(rows) > max_rows:
         lines.append(f"... and {len(rows) - max_rows} more rows")
     lines.append(summary_line(result) + ("  (* fails the gate)" if result.failures else ""))
+    if any(is_stand_in(v.row) for v in rows):
+        lines.append(STAND_IN_NOTE)
     return "\n".join(lines)
+
+
+def _path(v: RowVerdict) -> str:
+    """The path's name, marked when its row was measured by a CPU stand-in."""
+    return v.path + (f" {STAND_IN_MARK}" if is_stand_in(v.row) else "")
 
 
 def summary_line(result: GateResult) -> str:
@@ -68,7 +83,7 @@ def _md_table(rows: Sequence[RowVerdict], limit: int) -> list[str]:
     out = [_md_row(("verdict", "case", "path", "mode", "base µs", "now µs", "Δ time", "detail")),
            _md_row(("---",) * 8)]
     for v in rows[:limit]:
-        out.append(_md_row((f"{_ICON[v.verdict]} {v.verdict}", f"`{v.case_id}`", v.path, v.mode,
+        out.append(_md_row((f"{_ICON[v.verdict]} {v.verdict}", f"`{v.case_id}`", _path(v), v.mode,
                             fmt_us(v.base_median_us), fmt_us(v.cur_median_us),
                             fmt_pct(v.time_change), _detail(v))))
     if len(rows) > limit:
@@ -111,6 +126,11 @@ def markdown_summary(
     if ambiguous:
         lines += [f"**Ambiguous** ({len(ambiguous)}; not failing: the change is beyond the margin "
                   "but not significant)", ""] + _md_table(ambiguous, max_rows) + [""]
+    slow_info = [v for v in result.of(Verdict.SLOWER) if not v.fails]
+    if slow_info:
+        lines += [f"**Slower, not failing** ({len(slow_info)}; peers, or eager / CPU / model-"
+                  "forward times, which are information)", ""]
+        lines += _md_table(slow_info, max_rows) + [""]
     faster = result.of(Verdict.FASTER)
     if faster:
         lines += [f"<details><summary>Faster ({len(faster)})</summary>", ""]
@@ -122,6 +142,10 @@ def markdown_summary(
     for note in result.notes:
         if not is_env_note(note):
             lines.append(f"_{note}_  ")
+    if any(is_stand_in(v.row) for v in result.verdicts):
+        lines += ["", f"_{STAND_IN_NOTE}_"]
+    lines += ["", "<details><summary>Verdicts explained</summary>", ""]
+    lines += [f"- **{k}**: {t}" for k, t in MEANINGS.items()] + ["", "</details>", ""]
     if report_path:
         lines.append(f"Full report: `{report_path}`")
     return "\n".join(lines).rstrip() + "\n"

@@ -42,6 +42,37 @@ PRIORITY = (Verdict.ERROR, Verdict.MISSING, Verdict.WORSE_ACCURACY, Verdict.LESS
              Verdict.SLOWER, Verdict.AMBIGUOUS, Verdict.FASTER, Verdict.NEW, Verdict.SAME)
 RANK = {v: i for i, v in enumerate(PRIORITY)}
 
+#: One line per verdict, for the reports' glossary (docs/measurement.md section 8 in full).
+MEANINGS: dict[Verdict, str] = {
+    Verdict.ERROR: "the row errored: a kernel's failure code, an exception, non-finite output "
+                   "on fresh inputs, or a time under the datasheet floor",
+    Verdict.MISSING: "ok in the baseline, absent or unavailable now",
+    Verdict.WORSE_ACCURACY: "rel_err over the fp16 gate or the path's documented bound, or any "
+                            "NaN/Inf output",
+    Verdict.LESS_ACCURATE: "inside the bound, but rel_err or rms_ulp_p99 grew past its tolerance "
+                           "over the baseline row",
+    Verdict.NONDETERMINISTIC: "outputs differed between identical-input runs on a path that "
+                              "promises identical bits",
+    Verdict.LOST_DISPATCH: "the dispatcher chose a Marlin path in the baseline and does not now",
+    Verdict.SLOWER: "the median moved up beyond max(min_effect, the row's noise margin), "
+                    "significantly, confirmed by a second measurement (fails in graph mode)",
+    Verdict.AMBIGUOUS: "a large move the samples cannot confirm (does not fail)",
+    Verdict.FASTER: "the mirror of SLOWER (does not fail)",
+    Verdict.NEW: "no baseline row (does not fail)",
+    Verdict.SAME: "nothing of the above",
+}
+
+#: The mark and the words the reports put on rows measured by CPU stand-ins of the paths.
+STAND_IN_MARK = "†"
+STAND_IN_NOTE = ("† CPU stand-in: on a CPU the paths run torch or emulated code in place of "
+                 "their GPU kernels (each row's implementation says which); these rows check "
+                 "accuracy, dispatch and completeness, and their timings are information.")
+
+
+def is_stand_in(row) -> bool:
+    """True for a row measured on the CPU, where every path is a stand-in for its kernel."""
+    return row is not None and (row.arch == "cpu" or row.mode == "cpu")
+
 Remeasure = Callable[
     [list[Key]], "Sequence[ResultRow] | tuple[Sequence[ResultRow], Sequence[ResultRow]]"
 ]

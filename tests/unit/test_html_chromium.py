@@ -88,3 +88,28 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert (width, height) == (1400, 4000)
     assert len(data) > 50_000  # a blank page compresses to a few KB
     shutil.copy(html_path, ARTIFACTS / "html_report.html")
+
+
+def test_cpu_report_shows_stand_in_labels_and_the_glossary_link(tmp_path):
+    """A CPU run's report in Chromium: every path marked as a CPU stand-in, the note saying
+    what that means, and a link from the top of the page to the verdicts explained."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("Chromium not installed (/usr/bin/chromium or chromium on PATH); "
+                    "install it with `apt-get install -y chromium`")
+    rows = make_rows(ms=(1, 16), cpu=True, seed=5)
+    result = evaluate(rows, [], load_settings(), current_label="cpu run")
+    files = write_reports(result, tmp_path / "out", "report", rows=rows,
+                          current_env=Environment(arch="cpu", gpu_name="cpu"))
+    dom = _run(browser, tmp_path / "profile", "--dump-dom", files.html.resolve().as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = dom.stdout
+    note = re.search(r'<span id="stand-in-note">([^<]*)</span>', text)
+    assert note and "CPU stand-in" in note.group(1)
+    assert text.count("native_int4 †") >= 2 and "fp16_cache †" in text
+    assert '<a href="#glossary">Verdicts explained</a>' in text
+    glossary = text[text.index('id="glossary"'):]
+    for verdict in ("LESS_ACCURATE", "LOST_DISPATCH", "AMBIGUOUS", "NEW"):
+        assert verdict in glossary
+    md = files.markdown.read_text()
+    assert "CPU stand-in" in md and "Verdicts explained" in md
