@@ -201,11 +201,12 @@ def compare(session: nox.Session) -> None:
     session.run("harness", "compare", *session.posargs)
 
 
-@nox.session(python=False, default=False)
+@nox.session(default=False)
 def baseline(session: nox.Session) -> None:
-    """nox -s baseline -- accept RUN | calibrate --runs ... (see `harness baseline -h`)."""
-    _active_env(session, need_cuda=False)
-    session.run("python", "-m", "harness", "baseline", *session.posargs)
+    """nox -s baseline -- accept RUN | record --runs ... | calibrate | lomo | show (see
+    `harness baseline -h`): stored results only, so any machine, in this session's venv."""
+    _cpu_env(session)
+    session.run("harness", "baseline", *session.posargs)
 
 
 @nox.session(default=False)

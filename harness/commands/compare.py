@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tqdm import tqdm
+
 from ..config import Settings
 from ..errors import CompareError
 from ..reports.comparison import compare_runs, pool_rows, round_margins
@@ -250,6 +252,8 @@ def compare(
             echo(f"compare: round {sub}, {label} = {side.label}")
             runner(BenchRequest(label, side.revision, tree, out, matrix, r, filt,
                                 tuple(p), tuple(m)))
+            if progress is not None:
+                progress.update(1)
             try:
                 got[label] = load_run(out)
             except SchemaError as exc:
@@ -257,6 +261,7 @@ def compare(
                                    f"{exc}") from None
         return got
 
+    progress = None
     with contextlib.ExitStack() as stack:
         plan = []
         if measured:
@@ -264,10 +269,15 @@ def compare(
             trees = stack.enter_context(
                 worktrees(repo.resolve(), [s.revision for s in measured], tmp))
             plan = [(lbl, s, trees[s.revision]) for lbl, s in (("A", a), ("B", b)) if s.revision]
+            # one bench per revision per round: a bar with the ETA of the rounds left
+            progress = stack.enter_context(tqdm(total=rounds * len(plan), unit="bench",
+                                                desc="compare", dynamic_ncols=True))
             for r in range(rounds):
                 for label, run in run_round(plan, r, f"round{r}", filter, paths, modes).items():
                     rounds_of[label].append(list(run.rows))
                     firsts.setdefault(label, run)
+            progress.close()
+            progress = None
         margins: dict[Key, float] = {}
         for side_rounds in rounds_of.values():
             for k, v in round_margins(side_rounds, settings.noise_margin_floor).items():
