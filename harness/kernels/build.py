@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
+from harness.errors import HarnessError
+
 CSRC = Path(__file__).resolve().parent / "csrc"
 QUANTO_MARLIN_SUBDIR = ("quanto", "library", "extensions", "cuda", "marlin")
 QUANTO_MARLIN_SOURCE = "marlin_cuda_kernel.cu"
@@ -43,7 +45,7 @@ _CUDA_FLAGS = ("-O3", "-lineinfo")
 _CXX_FLAGS = ("-O3",)
 
 
-class BuildError(RuntimeError):
+class BuildError(HarnessError, RuntimeError):
     """The extension cannot be built or loaded here; the message is one line saying why."""
 
 
@@ -174,7 +176,11 @@ def _build() -> tuple[ModuleType, BuildInfo]:
                            *cuda_flags, *cxx_flags])
     name = f"harness_int4_{key}"
     build_dir = build_root() / name
-    build_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        build_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise BuildError(f"build directory {build_dir} cannot be created ({exc.strerror or exc}); "
+                         "set HARNESS_BUILD_DIR to a writable folder") from None
     so = build_dir / f"{name}.so"
     meta = build_dir / "build.json"
     t0 = time.perf_counter()

@@ -63,3 +63,24 @@ def test_compare_of_revisions_without_git(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))            # no git on PATH
     assert main(["compare", "HEAD~1", "HEAD", "--out", str(tmp_path / "c")]) == 2
     _one_line_error(capsys, "git is not installed")
+
+
+def test_a_build_directory_that_cannot_be_created(tmp_path, monkeypatch):
+    """HARNESS_BUILD_DIR under a file: the extension build stops with one line naming the
+    directory and the variable (the toolchain check, GPU-only, is stubbed on this CPU)."""
+    import torch
+
+    from harness.errors import HarnessError
+    from harness.kernels import build
+
+    blocker = tmp_path / "cache"
+    blocker.write_text("not a directory\n")
+    monkeypatch.setenv("HARNESS_BUILD_DIR", str(blocker / "int4"))
+    monkeypatch.setattr(build, "_check_toolchain", lambda: (torch, "90", "13.0"))
+    monkeypatch.setattr(build, "_nvcc_version", lambda: "13.0")
+    with pytest.raises(build.BuildError) as exc:
+        build._build()
+    msg = str(exc.value)
+    assert isinstance(exc.value, HarnessError) and "\n" not in msg
+    assert "cannot be created" in msg and "HARNESS_BUILD_DIR" in msg and str(blocker) in msg
+    assert blocker.read_text() == "not a directory\n"
