@@ -64,7 +64,7 @@ def _cpu_env(session: nox.Session, *extras: str) -> None:
 def tests(session: nox.Session) -> None:
     """CPU test suite (GPU tests skip with their reasons). Extra args go to pytest.
 
-    Tests marked ``slow`` (>15 s each on 2 cores) are left out by default; CI runs them
+    Tests marked ``slow`` (several seconds each on 2 cores) are left out by default; CI runs them
     after this session with ``nox -R -s tests -- -n 2 -m slow tests/unit``.
     """
     _cpu_env(session, "test")

@@ -16,6 +16,7 @@ ARGS = ["--cpu", "--matrix", "smoke", "--filter", "M <= 4", "--paths", "native_i
         "--set", "max_case_seconds=0.02", "--set", "warmup_ms=1"]
 
 
+@pytest.mark.slow     # ~7 s on 2 cores: it runs several CPU benches
 def test_resume_reuses_the_calibration_and_numbers_on(tmp_path):
     out = tmp_path / "study"
     assert gate_study.main(ARGS + ["--out", str(out), "--reps", "1"]) == 0

@@ -360,6 +360,7 @@ def test_subprocess_runner_uses_the_worktree_package(tmp_path):
         subprocess_runner(req2)
 
 
+@pytest.mark.slow     # ~6 s on 2 cores: every command of the CLI on stored runs
 def test_cli_report_compare_and_baseline(tmp_path, capsys):
     from harness.cli import main
 
