@@ -99,8 +99,9 @@ def _active_env(session: nox.Session, need_cuda: bool) -> tuple[int, int] | None
         capture_output=True, text=True,
     )
     if probe.returncode != 0:
-        session.error("the active environment has no importable torch; GPU sessions run in the "
-                      "environment that carries the CUDA torch (activate it first)")
+        session.skip("no importable torch in the active environment: GPU sessions run in the "
+                     "environment that carries the CUDA torch; activate it, then "
+                     "`pip install -e .[quanto]` (or install from the wheelhouse, README)")
     cc_text, torch_version = probe.stdout.split()[:-1], probe.stdout.split()[-1]
     if cc_text == ["none"]:
         if need_cuda:

@@ -233,7 +233,10 @@ def print_table(rows: list[ResultRow], modes, paths, title: str, max_cases: int 
     """Case x path table of medians (us, one per mode), then status counts per path."""
     index = {r.key: r for r in rows}
     case_ids = list(dict.fromkeys(r.case_id for r in rows))
-    table = Table(title=f"{title}: median us ({' / '.join(modes)})", title_justify="left")
+    stand_in = " — CPU stand-ins of the paths' kernels, timings are information" \
+        if any(r.arch == "cpu" for r in rows) else ""
+    table = Table(title=f"{title}: median us ({' / '.join(modes)}){stand_in}",
+                  title_justify="left")
     table.add_column("case")
     for p in paths:
         table.add_column(p, justify="right")
