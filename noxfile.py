@@ -105,7 +105,7 @@ def _active_env(session: nox.Session, need_cuda: bool) -> tuple[int, int] | None
     cc_text, torch_version = probe.stdout.split()[:-1], probe.stdout.split()[-1]
     if cc_text == ["none"]:
         if need_cuda:
-            session.skip(f"no CUDA GPU visible to torch {torch_version}")
+            _skip_or_fail(session, f"no CUDA GPU visible to torch {torch_version}")
         return None
     site = os.path.abspath(os.path.join(".nox", "_site"))
     missing = [m for m in ("optimum.quanto",)
@@ -123,13 +123,21 @@ def _active_env(session: nox.Session, need_cuda: bool) -> tuple[int, int] | None
     return tuple(int(x) for x in cc_text)  # type: ignore[return-value]
 
 
+def _skip_or_fail(session: nox.Session, why: str) -> None:
+    """Skip with ``why``; under ``-- --ci`` or ``HARNESS_CI=1`` fail instead: a CI job that
+    landed on the wrong runner must not go green without measuring anything."""
+    if "--ci" in session.posargs or os.environ.get("HARNESS_CI", "0") not in ("", "0"):
+        session.error(f"{why}; --ci: nothing was measured on this runner")
+    session.skip(why)
+
+
 def _bench(session: nox.Session, arch: str | None) -> None:
     cc = _active_env(session, need_cuda=True)
     force = "--force" in session.posargs
     if arch is not None and cc != ARCHS[arch] and not force:
-        session.skip(f"{arch} session, but the visible GPU is sm{cc[0]}{cc[1]} "
-                     f"(use `nox -s bench-sm{cc[0]}{cc[1]}`, or `-- --force` to run here and "
-                     f"record the real arch)")
+        _skip_or_fail(session, f"{arch} session, but the visible GPU is sm{cc[0]}{cc[1]} "
+                      f"(use `nox -s bench-sm{cc[0]}{cc[1]}`, or `-- --force` to run here and "
+                      f"record the real arch)")
     # The dispatch column models TinyLoop with Marlin dispatch ON (the seed's configuration),
     # admitting SM 9.0 so Hopper results say what Marlin would do there; override by exporting.
     session.env.setdefault("TINYLOOP_USE_MARLIN", os.environ.get("TINYLOOP_USE_MARLIN", "1"))

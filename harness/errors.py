@@ -34,3 +34,21 @@ EXPECTED_ERRORS: tuple[type[BaseException], ...] = (
 def one_line(exc: BaseException) -> str:
     """The message of an expected error (a ``KeyError``'s without the quotes ``str`` adds)."""
     return str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+
+
+#: The exit codes of the gating commands (bench, job, ppl, report, compare), for CI:
+EXIT_PASS = 0            # every row judged; nothing failed
+EXIT_FAIL = 1            # a failing verdict (a regression)
+EXIT_ERROR = 2           # bad input, a refused comparison, a step stopped by an error
+EXIT_NO_BASELINE = 3     # nothing to compare: no baseline for this arch (rows NEW, a candidate)
+EXIT_WRONG_RUNNER = 4    # --ci: the visible GPU is not the arch the job is for (nothing measured)
+_EXIT_RANK = (EXIT_ERROR, EXIT_FAIL, EXIT_WRONG_RUNNER, EXIT_NO_BASELINE, EXIT_PASS)
+
+
+def worst_exit(codes) -> int:
+    """The exit code of several steps: an error over a regression over a wrong runner over
+    "no baseline" over a pass (a regression in one step is never hidden by another's
+    missing baseline); an unknown code counts as an error."""
+    codes = [c if c in _EXIT_RANK else EXIT_ERROR for c in codes]
+    return min(codes, key=_EXIT_RANK.index) if codes else EXIT_PASS
+

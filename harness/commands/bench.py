@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import runpy
 import signal
 import sys
@@ -27,6 +28,7 @@ from pathlib import Path
 
 from ..cases import MATRICES
 from ..config import load_settings, parse_overrides
+from ..errors import EXIT_WRONG_RUNNER, worst_exit
 from ..results.environment import STRICT_ENV_HELP
 from .common import gate_against_baseline, plain
 
@@ -64,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cpu-threads", type=int, default=1,
                    help="torch CPU threads in CPU mode "
                         "(default 1: stable on shared 2-core runners)")
+    p.add_argument("--ci", action="store_true",
+                   help=f"on a GPU of another arch exit {EXIT_WRONG_RUNNER} instead of 0 "
+                        "(also $HARNESS_CI=1): a CI job on the wrong runner must not pass")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
                    help="load extra or wrapped paths from a Python file or module (repeatable)")
     p.set_defaults(func=run)
@@ -71,6 +76,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _split(text: str | None) -> list[str]:
     return [t.strip() for t in (text or "").split(",") if t.strip()]
+
+
+def ci_mode(args: argparse.Namespace) -> bool:
+    """``--ci`` or ``$HARNESS_CI`` set (to anything but 0 or empty)."""
+    return bool(getattr(args, "ci", False)) or os.environ.get("HARNESS_CI", "0") not in ("", "0")
 
 
 def arch_mismatch(expected: str | None, actual: str) -> str | None:
@@ -168,6 +178,10 @@ def run(args: argparse.Namespace) -> int:
     msg = None if args.cpu else arch_mismatch(args.arch, actual)   # --cpu: the CPU is expected
     if msg and not (args.force and actual != "cpu"):
         print(msg)
+        if ci_mode(args):      # in CI a job on the wrong runner must not go green
+            print(f"harness bench: --ci: nothing was measured on this runner; "
+                  f"exit {EXIT_WRONG_RUNNER}")
+            return EXIT_WRONG_RUNNER
         return 0
     if msg:
         print(f"harness bench: --force: running on {actual} (expected {args.arch}); "
@@ -202,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
     if args.no_compare:
         return 0
     codes = [gate_matrix(bench, m, args.baselines, strict_env=args.strict_env) for m in matrices]
-    return max(codes, default=0)
+    return worst_exit(codes)
 
 
 def gate_matrix(bench, matrix: str, baselines: str | Path, strict_env: bool = False) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..config import ConfigError, Settings, load_settings, parse_overrides
+from ..errors import EXIT_NO_BASELINE
 from ..reports.gate import evaluate
 from ..reports.gate_record import write_gate_record
 from ..reports.markdown import text_table
@@ -81,13 +82,16 @@ def gate_against_baseline(
         meta = BaselineMeta(matrix=matrix, arch=arch, environment=env, rows_sha256="",
                             settings=settings.to_dict(), source=str(record))
         path = write_baseline_matrix(run_dir / "candidate-baseline", rows, meta)
-        echo(f"{command}: no baseline {bdir / (matrix + '.csv')}; wrote a CANDIDATE baseline "
-             f"{path} (not promoted: review it, then `harness baseline accept {run_dir}`)")
+        echo(f"{command}: no baseline for {arch} {matrix} ({bdir / (matrix + '.csv')}): "
+             f"{len(rows)} rows NEW; wrote a CANDIDATE baseline {path}; to accept it after "
+             f"review: harness baseline accept {run_dir} --root {baselines} --yes")
         alone = evaluate(rows, [], settings, current_label=current_label)
         write_gate_record(record, alone)
         for v in alone.failures:
             echo(f"{command}: {v.verdict} {v.case_id} {v.path} {v.mode}: {v.reason}")
-        return alone.exit_code
+        # ERROR and WORSE_ACCURACY rows still fail; otherwise "nothing to compare", which CI
+        # must be able to tell from a pass
+        return alone.exit_code if alone.exit_code else EXIT_NO_BASELINE
     base = load_baseline(bdir, [matrix])
     env_warnings = check_baseline(base, env, measured, strict=strict_env)
     for line in warning_lines(command, env_warnings):

@@ -26,7 +26,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..errors import EXPECTED_ERRORS, one_line
+from ..errors import (
+    EXIT_ERROR,
+    EXIT_FAIL,
+    EXIT_NO_BASELINE,
+    EXIT_PASS,
+    EXIT_WRONG_RUNNER,
+    EXPECTED_ERRORS,
+    one_line,
+    worst_exit,
+)
 from ..reports.verdicts import FAILING
 from ..results.store import read_meta, read_rows
 from . import bench, ppl
@@ -73,6 +82,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a setting")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--ci", action="store_true",
+                   help="passed to harness bench: on a GPU of another arch exit 4, not 0")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
                    help="passed to harness bench (extra or wrapped paths); not to ppl")
     p.set_defaults(func=run)
@@ -98,8 +109,37 @@ def _gate_record(run_dir: Path, matrix: str) -> tuple[int, dict]:
     return rows, dict(Counter(gate.get("verdicts", {}).values()))
 
 
+def _wrong_runner(expected: str | None) -> str | None:
+    """The one-line skip message when the visible GPU is not arch ``expected``, else None."""
+    import torch  # heavy: only the measuring commands load torch
+
+    from harness.measure.envinfo import arch_label  # heavy: torch (the engine)
+
+    cuda = torch.cuda.is_available()
+    actual = arch_label(torch.device("cuda", torch.cuda.current_device()) if cuda
+                        else torch.device("cpu"))
+    msg = bench.arch_mismatch(expected, actual)
+    return msg.replace("harness bench", "harness job") if msg else None
+
+
+def _has_baseline(run_dir: Path, matrix: str) -> bool:
+    gate = read_meta(run_dir / f"{matrix}.json").extra.get("gate") or {}
+    return bool(gate.get("has_baseline", True))
+
+
+def _code_from_record(counts: dict, has_baseline: bool) -> int:
+    """A gated matrix's exit code from its verdict counts (see ``harness.errors``)."""
+    if any(k in {v.value for v in FAILING} for k in counts):
+        return EXIT_FAIL
+    return EXIT_PASS if has_baseline else EXIT_NO_BASELINE
+
+
 def _reason(code: int, counts: dict, stored: bool) -> str:
     failing = {k: n for k, n in counts.items() if k in {v.value for v in FAILING}}
+    if code == EXIT_NO_BASELINE:
+        return "no baseline for this arch: rows NEW, candidate written (accept command above)"
+    if code == EXIT_WRONG_RUNNER:
+        return "--ci: the visible GPU is not this job's arch; nothing measured"
     if code == 0:
         return "passed" if stored else "passed (no gate record)"
     if code == 1:
@@ -138,6 +178,14 @@ def _run_step(argv: list[str]) -> tuple[int, str]:
 def run(args: argparse.Namespace) -> int:
     from harness.measure.envinfo import git_commit  # heavy: torch (the engine)
 
+    wrong = None if (args.cpu or args.force) else _wrong_runner(args.arch)
+    if wrong:                  # no step would measure anything here (not even ppl)
+        print(wrong)
+        if bench.ci_mode(args):
+            print("harness job: --ci: nothing was measured on this runner; "
+                  f"exit {EXIT_WRONG_RUNNER}")
+            return EXIT_WRONG_RUNNER
+        return EXIT_PASS
     steps = CPU_STEPS if args.cpu else STEPS
     spec = args.steps or ",".join(s for s, _ in steps)
     wanted = [s.strip() for s in spec.split(",") if s.strip()]
@@ -154,6 +202,7 @@ def run(args: argparse.Namespace) -> int:
     if matrices:
         argv = ["bench", "--matrix", ",".join(matrices), *cpu, *arch, *force, *_common(args)]
         argv += ["--no-progress"] if args.no_progress else []
+        argv += ["--ci"] if args.ci else []
         for plugin in args.plugin:
             argv += ["--plugin", plugin]
         code, err = _run_step(argv)
@@ -169,12 +218,12 @@ def run(args: argparse.Namespace) -> int:
     run_dir = _run_dir(args, git_commit())
     for r in results:
         r.rows, r.verdicts = _gate_record(run_dir, r.matrix) if run_dir else (0, {})
-        if r.step != "ppl" and r.exit_code and r.verdicts:
-            # one bench process gates both matrices: its exit code is the worse of the two
-            failing = _reason(1, r.verdicts, True)
-            r.exit_code = 1 if failing.startswith("failing verdicts:") else 0
+        if r.step != "ppl" and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and r.verdicts:
+            # one bench process gates both matrices: its exit code is the worse of the two,
+            # so each step's own code comes from its stored gate record
+            r.exit_code = _code_from_record(r.verdicts, _has_baseline(run_dir, r.matrix))
         r.reason = r.reason or _reason(r.exit_code, r.verdicts, bool(r.verdicts))
-    worst = max((r.exit_code for r in results), default=0)
+    worst = worst_exit([r.exit_code for r in results])
     _print_summary(results, worst, time.perf_counter() - t0)
     if run_dir is not None and run_dir.is_dir():
         (run_dir / "job.json").write_text(json.dumps(

@@ -36,7 +36,8 @@ def write_gate_record(csv_path: str | Path, result: GateResult) -> None:
     } for v in result.verdicts if v.remeasured}
     json_path = csv_path.with_suffix(".json")
     meta = read_meta(json_path)
-    gate = {"baseline": result.baseline_label, "exit_code": result.exit_code,
+    gate = {"baseline": result.baseline_label, "has_baseline": result.has_baseline,
+            "exit_code": result.exit_code,
             "verdicts": verdict_map(result), "confirmations": confirmed,
             "notes": list(result.notes)}
     write_meta(json_path, replace(meta, extra={**meta.extra, "gate": gate}))

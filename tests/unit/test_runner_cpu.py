@@ -224,7 +224,7 @@ def test_bench_cli_smoke_on_cpu_writes_results_and_candidate(tmp_path, capsys):
             "--no-progress", "--paths", ",".join(cpu_paths)]
     for key, value in FAST.items():
         args += ["--set", f"{key}={value}"]
-    assert main(args) == 0
+    assert main(args) == 3                  # first run, no baseline: NEW rows, a candidate
     csvs = list(out.glob("*/cpu/smoke.csv"))
     assert len(csvs) == 1
     rows = read_rows(csvs[0])

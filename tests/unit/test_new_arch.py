@@ -1,0 +1,68 @@
+"""CI can tell "nothing to compare" from "passed", and a job on the wrong runner from a
+pass: the first run on an arch without baselines exits 3 with NEW rows and the exact accept
+command; --ci turns an arch mismatch into exit 4; a job's code is its worst step's."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness.cli import main
+from harness.errors import (
+    EXIT_ERROR,
+    EXIT_FAIL,
+    EXIT_NO_BASELINE,
+    EXIT_PASS,
+    EXIT_WRONG_RUNNER,
+    worst_exit,
+)
+
+RUN = ["--cpu", "--matrix", "smoke", "--filter", "M == 1", "--no-progress",
+       "--set", "max_case_seconds=0.2"]
+
+
+def test_first_run_on_an_arch_without_baselines(tmp_path, capsys):
+    out, empty = tmp_path / "results", tmp_path / "no-baselines-here"
+    assert main(["bench", *RUN, "--out", str(out), "--baselines", str(empty)]) == EXIT_NO_BASELINE
+    text = capsys.readouterr().out
+    [run_dir] = list(out.glob("*/cpu"))
+    accept = f"harness baseline accept {run_dir} --root {empty} --yes"
+    assert accept in text and "rows NEW" in text
+    gate = json.loads((run_dir / "smoke.json").read_text())["gate"]
+    assert set(gate["verdicts"].values()) == {"NEW"} and gate["has_baseline"] is False
+    # the printed command works, and the next run compares and passes
+    assert main(accept.split()[1:]) == 0
+    assert main(["bench", *RUN, "--out", str(tmp_path / "again"), "--baselines", str(empty)]) == 0
+
+
+def test_the_job_says_no_baseline_per_step(tmp_path, capsys):
+    out, empty = tmp_path / "results", tmp_path / "none"
+    assert main(["job", "--cpu", "--out", str(out), "--baselines", str(empty),
+                 "--no-progress"]) == EXIT_NO_BASELINE
+    table = capsys.readouterr().out
+    assert table.count("no baseline for this arch") == 2          # gemm and ppl rows
+
+
+@pytest.mark.parametrize("ci", [False, True])
+def test_a_job_on_the_wrong_runner(tmp_path, capsys, monkeypatch, ci):
+    """This CPU is not sm89: skipped (exit 0) as before, but exit 4 under --ci / $HARNESS_CI."""
+    monkeypatch.delenv("HARNESS_CI", raising=False)
+    args = ["--arch", "sm89", "--out", str(tmp_path / "r")]
+    if ci:
+        monkeypatch.setenv("HARNESS_CI", "1")
+    want = EXIT_WRONG_RUNNER if ci else EXIT_PASS
+    assert main(["bench", "--matrix", "smoke", *args]) == want
+    assert main(["job", *args]) == want
+    out = capsys.readouterr().out
+    assert "expected arch sm89" in out and not (tmp_path / "r").exists()
+    if ci:
+        assert "nothing was measured on this runner" in out
+
+
+def test_worst_exit_never_hides_a_regression_behind_a_missing_baseline():
+    assert worst_exit([EXIT_PASS, EXIT_NO_BASELINE]) == EXIT_NO_BASELINE
+    assert worst_exit([EXIT_NO_BASELINE, EXIT_FAIL]) == EXIT_FAIL
+    assert worst_exit([EXIT_FAIL, EXIT_ERROR, EXIT_NO_BASELINE]) == EXIT_ERROR
+    assert worst_exit([EXIT_WRONG_RUNNER, EXIT_NO_BASELINE]) == EXIT_WRONG_RUNNER
+    assert worst_exit([]) == EXIT_PASS and worst_exit([130]) == EXIT_ERROR
