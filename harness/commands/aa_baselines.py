@@ -1,0 +1,188 @@
+"""A/A calibration of baselines, behind ``harness baseline record | calibrate | lomo``:
+load N A/A runs of one commit, record a baseline from them (medoid rows, margins), replace
+the margins of an existing one, or check the margins leave-one-machine-out. The statistics
+are ``harness.reports.calibration``'s; this module reads and writes the files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from ..config import Settings
+from ..reports.calibration import (
+    DEFAULT_COVERAGE,
+    DEFAULT_PRIOR_DF,
+    KeySpread,
+    leave_one_machine_out,
+    machines_of,
+    medoid_rows,
+    run_identity,
+    run_medians,
+    spreads,
+)
+from ..reports.stats import median
+from ..results.baseline import (
+    BaselineMeta,
+    read_baseline_matrix,
+    run_arch,
+    run_settings,
+    write_baseline_matrix,
+)
+from ..results.environment import (
+    check_environment,
+    warning_lines,
+)
+from ..results.schema import Key
+from ..results.store import Run, load_run, now_iso
+from ..results.writer import DirLock
+
+
+def _load_aa_runs(run_paths: Sequence[str | Path],
+                  echo: Callable[[str], None] = print) -> list[Run]:
+    """Stored A/A runs of one commit, in comparable environments (one-line errors;
+    ``check_environment``'s warnings are echoed)."""
+    if len(run_paths) < 2:
+        raise ValueError(f"--runs: calibration needs at least 2 A/A runs, got {len(run_paths)}")
+    runs = [load_run(p) for p in run_paths]
+    commits = {r.environment.commit for r in runs}
+    if len(commits) > 1:
+        raise ValueError("--runs: A/A calibration needs runs of one commit; got "
+                         + ", ".join(sorted(commits)))
+    warnings: list[str] = []
+    for other in runs[1:]:
+        warnings += check_environment(runs[0].environment, other.environment, run_settings(runs[0]),
+                                      run_settings(other), what=f"A/A run {runs[0].source}",
+                                      current=f"A/A run {other.source}")
+    for line in warning_lines("harness baseline", dict.fromkeys(warnings)):
+        echo(line)
+    return runs
+
+
+def _calibration_info(runs: Sequence[Run], matrix: str, coverage: float, prior_df: float,
+                      floor: float, spread: Mapping[Key, KeySpread]) -> dict:
+    machines = machines_of([r.environment for r in runs])
+    margins = [s.margin for s in spread.values()]
+    return {
+        "method": "moderated log-spread, one-sided prediction bound (harness.reports.calibration)",
+        "coverage": coverage, "prior_df": prior_df, "floor": floor, "date": now_iso(),
+        "runs": len(runs), "machines": len(set(machines)),
+        "sources": [run_identity(r.environment,
+                                 r.metas[matrix].created if matrix in r.metas else "")
+                    for r in runs],
+        "margin_median": median(margins) if margins else math.nan,
+        "margin_max": max(margins) if margins else math.nan,
+    }
+
+
+def _spreads_for(runs: Sequence[Run], matrix: str, settings: Settings, coverage: float,
+                 prior_df: float) -> dict[Key, KeySpread]:
+    machines = machines_of([r.environment for r in runs])
+    return spreads([run_medians(r.rows, matrix) for r in runs], machines, coverage=coverage,
+                   prior_df=prior_df, floor=settings.noise_margin_floor)
+
+
+def _say_margins(echo, matrix: str, runs: int, machines: int,
+                 spread: Mapping[Key, KeySpread]) -> None:
+    if not spread:
+        echo(f"{matrix}: no key timed in two runs; margins unchanged")
+        return
+    margins = {k: s.margin for k, s in spread.items()}
+    worst = max(margins, key=margins.get)
+    echo(f"{matrix}: {len(margins)} noise margins from {runs} runs on {machines} machine(s); "
+         f"median {median(list(margins.values())):.2%}, "
+         f"largest {margins[worst]:.2%} at {'/'.join(worst)}")
+
+
+def calibrate(
+    run_paths: Sequence[str | Path], root: str | Path, settings: Settings, *,
+    arch: str | None = None, coverage: float = DEFAULT_COVERAGE, prior_df: float = DEFAULT_PRIOR_DF,
+    echo: Callable[[str], None] = print,
+) -> dict[str, dict[Key, float]]:
+    """Noise margins from N A/A runs of one commit (``harness.reports.calibration``),
+    stored in the existing baseline json(s); the baseline rows are kept."""
+    runs = _load_aa_runs(run_paths, echo)
+    arch = run_arch(runs[0], arch)
+    directory = Path(root) / arch
+    out: dict[str, dict[Key, float]] = {}
+    with DirLock(directory):
+        for matrix in runs[0].matrices:
+            rows, meta = read_baseline_matrix(directory, matrix)
+            warnings = check_environment(meta.environment, runs[0].environment, meta.settings,
+                                         run_settings(runs[0], matrix), current="A/A runs")
+            for line in warning_lines(f"harness baseline calibrate: {matrix}", warnings):
+                echo(line)
+            spread = _spreads_for(runs, matrix, settings, coverage, prior_df)
+            margins = {k: s.margin for k, s in spread.items()}
+            info = _calibration_info(runs, matrix, coverage, prior_df,
+                                     settings.noise_margin_floor, spread)
+            write_baseline_matrix(directory, rows, replace(
+                meta, noise_margins=dict(meta.noise_margins) | margins, calibration=info))
+            out[matrix] = margins
+            _say_margins(echo, matrix, len(runs), info["machines"], spread)
+    return out
+
+
+def record(
+    run_paths: Sequence[str | Path], root: str | Path, settings: Settings, *,
+    arch: str | None = None, coverage: float = DEFAULT_COVERAGE, prior_df: float = DEFAULT_PRIOR_DF,
+    echo: Callable[[str], None] = print,
+) -> list[Path]:
+    """A new baseline from N A/A runs of one commit: per key the medoid run's row (the run
+    whose median is nearest the runs' median) and margins from all of them. The json names
+    every source run by commit, GPU uuid, host, boot id and date."""
+    runs = _load_aa_runs(run_paths, echo)
+    arch = run_arch(runs[0], arch)
+    directory = Path(root) / arch
+    written = []
+    with DirLock(directory):
+        for matrix in runs[0].matrices:
+            per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
+            rows, _ = medoid_rows(per_run)
+            spread = _spreads_for(runs, matrix, settings, coverage, prior_df)
+            info = _calibration_info(runs, matrix, coverage, prior_df,
+                                     settings.noise_margin_floor, spread)
+            first = runs[0].metas.get(matrix)
+            env = (first.environment if first else runs[0].environment).with_fallbacks(arch=arch)
+            meta = BaselineMeta(
+                matrix=matrix, arch=arch, environment=env, rows_sha256="",
+                noise_margins={k: s.margin for k, s in spread.items()},
+                settings=run_settings(runs[0], matrix) if first else settings.to_dict(),
+                source=f"{len(runs)} A/A runs of {env.commit[:12]} (calibration.sources)",
+                accepted=now_iso(), calibration=info)
+            written.append(write_baseline_matrix(directory, rows, meta))
+            _say_margins(echo, matrix, len(runs), info["machines"], spread)
+            echo(f"{matrix}: baseline written to {written[-1]}")
+    return written
+
+
+def lomo_table(run_paths: Sequence[str | Path], settings: Settings, *, coverage: float,
+               prior_df: float, planted: float, modes: Sequence[str]) -> tuple[list[str], bool]:
+    """The leave-one-machine-out check as printable lines, and whether it held: no false
+    SLOWER in any held-out run and each planted slowdown caught in >= 95% of its rows with
+    no other row failing."""
+    runs = _load_aa_runs(run_paths)
+    machines = machines_of([r.environment for r in runs])
+    lines = [f"leave-one-machine-out: {len(runs)} runs on {len(set(machines))} machine(s), "
+             f"coverage {coverage}, prior_df {prior_df:g}, planted +{planted:.0%}, "
+             f"modes {','.join(modes)}"]
+    ok = True
+    for matrix in runs[0].matrices:
+        per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
+        held = leave_one_machine_out(per_run, machines, settings, coverage=coverage,
+                                     prior_df=prior_df, planted=planted, gate_modes=modes)
+        if not held:
+            lines.append(f"{matrix}: fewer than 3 machines' worth of runs; nothing held out")
+            ok = False
+        for h in held:
+            plants = "; ".join(f"{p} {c}/{n}" + (f" (+{o} other)" if o else "")
+                               for p, (c, n, o) in h.planted.items())
+            lines.append(f"{matrix} held out {h.machine[:24]} run {h.run}: {h.gated} rows, "
+                         f"false SLOWER {h.false_slower}, FASTER {h.faster}, "
+                         "worst change/threshold "
+                         f"{h.worst_ratio:.2f}; planted caught: {plants}")
+            ok &= h.false_slower == 0 and all(o == 0 and (n == 0 or c >= 0.95 * n)
+                                              for c, n, o in h.planted.values())
+    return lines, ok
