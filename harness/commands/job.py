@@ -36,7 +36,6 @@ from ..errors import (
     one_line,
     worst_exit,
 )
-from ..reports.verdicts import FAILING
 from ..results.store import read_meta, read_rows
 from . import bench, ppl
 from .common import plain
@@ -99,14 +98,14 @@ def _common(args) -> list[str]:
     return out
 
 
-def _gate_record(run_dir: Path, matrix: str) -> tuple[int, dict]:
-    """(rows, verdict counts) of a stored matrix from its json's ``gate`` record."""
+def _gate_record(run_dir: Path, matrix: str) -> tuple[int, dict, dict]:
+    """(rows, verdict counts, the ``gate`` record) of a stored matrix from its json."""
     csv_path = run_dir / f"{matrix}.csv"
     if not csv_path.is_file():
-        return 0, {}
+        return 0, {}, {}
     rows = len(read_rows(csv_path))
     gate = read_meta(csv_path.with_suffix(".json")).extra.get("gate") or {}
-    return rows, dict(Counter(gate.get("verdicts", {}).values()))
+    return rows, dict(Counter(gate.get("verdicts", {}).values())), gate
 
 
 def _wrong_runner(expected: str | None) -> str | None:
@@ -122,20 +121,16 @@ def _wrong_runner(expected: str | None) -> str | None:
     return msg.replace("harness bench", "harness job") if msg else None
 
 
-def _has_baseline(run_dir: Path, matrix: str) -> bool:
-    gate = read_meta(run_dir / f"{matrix}.json").extra.get("gate") or {}
-    return bool(gate.get("has_baseline", True))
-
-
-def _code_from_record(counts: dict, has_baseline: bool) -> int:
-    """A gated matrix's exit code from its verdict counts (see ``harness.errors``)."""
-    if any(k in {v.value for v in FAILING} for k in counts):
+def _code_from_record(gate: dict) -> int:
+    """A gated matrix's exit code from its stored gate record (see ``harness.errors``): the
+    gate's own exit code (a failing row: 1), and 3 where there was no baseline."""
+    if gate.get("exit_code", 0):
         return EXIT_FAIL
-    return EXIT_PASS if has_baseline else EXIT_NO_BASELINE
+    return EXIT_PASS if gate.get("has_baseline", True) else EXIT_NO_BASELINE
 
 
-def _reason(code: int, counts: dict, stored: bool) -> str:
-    failing = {k: n for k, n in counts.items() if k in {v.value for v in FAILING}}
+def _reason(code: int, failing: dict, stored: bool) -> str:
+    """The summary's reason for a step's ``code``; ``failing``: failing rows by verdict."""
     if code == EXIT_NO_BASELINE:
         return "no baseline for this arch: rows NEW, candidate written (accept command above)"
     if code == EXIT_WRONG_RUNNER:
@@ -217,12 +212,12 @@ def run(args: argparse.Namespace) -> int:
         results.append(StepResult("ppl", "ppl", code, seconds=time.perf_counter() - t1, reason=err))
     run_dir = _run_dir(args, git_commit())
     for r in results:
-        r.rows, r.verdicts = _gate_record(run_dir, r.matrix) if run_dir else (0, {})
-        if r.step != "ppl" and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and r.verdicts:
+        r.rows, r.verdicts, gate = _gate_record(run_dir, r.matrix) if run_dir else (0, {}, {})
+        if r.step != "ppl" and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and gate:
             # one bench process gates both matrices: its exit code is the worse of the two,
             # so each step's own code comes from its stored gate record
-            r.exit_code = _code_from_record(r.verdicts, _has_baseline(run_dir, r.matrix))
-        r.reason = r.reason or _reason(r.exit_code, r.verdicts, bool(r.verdicts))
+            r.exit_code = _code_from_record(gate)
+        r.reason = r.reason or _reason(r.exit_code, gate.get("failing", {}), bool(gate))
     worst = worst_exit([r.exit_code for r in results])
     _print_summary(results, worst, time.perf_counter() - t0)
     if run_dir is not None and run_dir.is_dir():

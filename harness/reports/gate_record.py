@@ -11,6 +11,7 @@ their changes. ``harness report`` and ``harness compare`` replay the stored rows
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
@@ -36,8 +37,9 @@ def write_gate_record(csv_path: str | Path, result: GateResult) -> None:
     } for v in result.verdicts if v.remeasured}
     json_path = csv_path.with_suffix(".json")
     meta = read_meta(json_path)
+    failing = Counter(v.verdict.value for v in result.failures)
     gate = {"baseline": result.baseline_label, "has_baseline": result.has_baseline,
-            "exit_code": result.exit_code,
+            "exit_code": result.exit_code, "failing": dict(sorted(failing.items())),
             "verdicts": verdict_map(result), "confirmations": confirmed,
             "notes": list(result.notes)}
     write_meta(json_path, replace(meta, extra={**meta.extra, "gate": gate}))

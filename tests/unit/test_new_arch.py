@@ -66,3 +66,48 @@ def test_worst_exit_never_hides_a_regression_behind_a_missing_baseline():
     assert worst_exit([EXIT_FAIL, EXIT_ERROR, EXIT_NO_BASELINE]) == EXIT_ERROR
     assert worst_exit([EXIT_WRONG_RUNNER, EXIT_NO_BASELINE]) == EXIT_WRONG_RUNNER
     assert worst_exit([]) == EXIT_PASS and worst_exit([130]) == EXIT_ERROR
+
+
+def test_a_steps_code_comes_from_its_gate_not_from_verdict_names():
+    """Informational SLOWER rows (CPU, eager, peers) do not fail a step: CI caught a job that
+    exited 1 on a CPU run whose gate had passed with 4 SLOWER rows."""
+    from harness.commands.job import _code_from_record, _reason
+
+    passed = {"exit_code": 0, "has_baseline": True, "verdicts": {"a": "SLOWER"}, "failing": {}}
+    assert _code_from_record(passed) == EXIT_PASS
+    assert _reason(EXIT_PASS, passed["failing"], True) == "passed"
+    failed = {"exit_code": 1, "has_baseline": True, "failing": {"SLOWER": 2}}
+    assert _code_from_record(failed) == EXIT_FAIL
+    assert _reason(EXIT_FAIL, failed["failing"], True) == "failing verdicts: 2 SLOWER"
+    assert _code_from_record({"exit_code": 0, "has_baseline": False}) == EXIT_NO_BASELINE
+
+
+def test_a_cpu_job_with_informational_slower_rows_passes(tmp_path, monkeypatch):
+    """End to end: baseline from one CPU job, then a job with a planted slowdown on a path;
+    its CPU-mode SLOWER rows are information, so the job passes (exit 0)."""
+    from pathlib import Path
+
+    from harness.commands import bench as bench_command
+    from harness.kernels.base import PATHS
+
+    out, bl = tmp_path / "r", tmp_path / "bl"
+    assert main(["job", "--cpu", "--out", str(out), "--baselines", str(bl), "--no-progress",
+                 "--steps", "gemm"]) == EXIT_NO_BASELINE
+    [first] = list(out.glob("*/cpu"))
+    assert main(["baseline", "accept", str(first), "--root", str(bl), "--yes"]) == 0
+    plugin = str(Path(__file__).resolve().parents[1] / "planted" / "slowdown_plugin.py")
+    monkeypatch.setattr(PATHS, "_paths", dict(PATHS._paths))
+    loaded: list[dict] = []
+    monkeypatch.setattr(bench_command, "_PLUGIN_NAMESPACES", loaded)
+    monkeypatch.setenv("HARNESS_PLANT_PATH", "native_int4")
+    try:
+        code = main(["job", "--cpu", "--out", str(tmp_path / "r2"), "--baselines", str(bl),
+                     "--no-progress", "--steps", "gemm", "--plugin", plugin,
+                     "--set", "min_effect=0.01"])
+    finally:
+        for namespace in loaded:
+            namespace["_PLANT"].__exit__(None, None, None)
+    [run] = list((tmp_path / "r2").glob("*/cpu"))
+    gate = json.loads((run / "smoke.json").read_text())["gate"]
+    assert "SLOWER" in gate["verdicts"].values()           # the plant shows, as information
+    assert gate["exit_code"] == 0 and gate["failing"] == {} and code == EXIT_PASS
