@@ -36,6 +36,7 @@ def test_first_run_on_an_arch_without_baselines(tmp_path, capsys):
     assert main(["bench", *RUN, "--out", str(tmp_path / "again"), "--baselines", str(empty)]) == 0
 
 
+@pytest.mark.slow     # two CPU jobs end to end, ~15 s on 2 cores
 def test_the_job_says_no_baseline_per_step(tmp_path, capsys):
     out, empty = tmp_path / "results", tmp_path / "none"
     assert main(["job", "--cpu", "--out", str(out), "--baselines", str(empty),
@@ -82,6 +83,7 @@ def test_a_steps_code_comes_from_its_gate_not_from_verdict_names():
     assert _code_from_record({"exit_code": 0, "has_baseline": False}) == EXIT_NO_BASELINE
 
 
+@pytest.mark.slow     # two CPU jobs end to end, ~13 s on 2 cores
 def test_a_cpu_job_with_informational_slower_rows_passes(tmp_path, monkeypatch):
     """End to end: baseline from one CPU job, then a job with a planted slowdown on a path;
     its CPU-mode SLOWER rows are information, so the job passes (exit 0)."""
