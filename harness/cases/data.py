@@ -188,9 +188,16 @@ def case_weight(N: int, K: int, group_size: int, seed: int, symmetric: bool = Fa
     return quantize_symmetric(w, group_size) if symmetric else quantize_asymmetric(w, group_size)
 
 
+@lru_cache(maxsize=16)
+def _case_activations(M: int, K: int, seed: int) -> torch.Tensor:
+    """``generate_activations`` cached: a matrix's shapes share (M, K, seed) (production:
+    6 weights at K=2048 per M), and generating them was most of a GPU bench's data stage."""
+    return generate_activations(M, K, seed)
+
+
 def case_data(case: GemmCase, symmetric: bool = False) -> CaseData:
     """Deterministic tensors for ``case`` (CPU). Same case, same bits, on any machine."""
-    A = generate_activations(case.M, case.K, case.seed)
+    A = _case_activations(case.M, case.K, case.seed).clone()   # callers own their copy
     w = case_weight(case.N, case.K, case.group_size, case.seed, symmetric)
     if case.kind == "swiglu_pair":
         w2 = case_weight(case.N, case.K, case.group_size, case.seed, symmetric, _STREAM_WEIGHT2)

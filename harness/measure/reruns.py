@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from .accuracy import AccuracyStats, accuracy_stats
+from .accuracy_torch import accuracy_stats_torch
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,13 @@ def _badness(acc: AccuracyStats) -> tuple:
     return (acc.nonfinite, acc.rel_fro_err, acc.max_ulp)
 
 
+def _score(out, ref, ulp_budget: float, dtype: str) -> AccuracyStats:
+    """Score on the device when both are tensors (``accuracy_torch``), else in NumPy."""
+    if isinstance(out, torch.Tensor) and isinstance(ref, torch.Tensor):
+        return accuracy_stats_torch(out, ref, ulp_budget, dtype)
+    return accuracy_stats(out, ref, ulp_budget, dtype)
+
+
 def accuracy_over_runs(run_once: Callable[[], torch.Tensor], ref, runs: int,
                        ulp_budget: float = 2.0, dtype: str = "float16") -> RunsAccuracy:
     """Run ``run_once`` ``runs`` times (>= 1) and score every distinct output against ``ref``.
@@ -70,7 +78,7 @@ def accuracy_over_runs(run_once: Callable[[], torch.Tensor], ref, runs: int,
                 entry[1] += 1
                 break
         else:
-            distinct.append([out, 1, i, accuracy_stats(out, ref, ulp_budget, dtype)])
+            distinct.append([out, 1, i, _score(out, ref, ulp_budget, dtype)])
     modal = max(distinct, key=lambda e: (e[1], -e[2]))
     worst = max(distinct, key=lambda e: (_badness(e[3]), -e[2]))
     return RunsAccuracy(runs=runs, distinct=len(distinct), modal=modal[3], worst=worst[3],
