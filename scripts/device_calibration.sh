@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# One device call's worth of A/A calibration material on a GPU machine (one process of
-# each step), written under $OUT (or ./device-out): the main job (production + swiglu +
-# ppl, gated against the committed baselines when there are any), a graph-mode production
-# run with the planted 5% slowdown on $PLANT (default fp16_cache), then parity and edges.
-# The results are packed after every step, so a call cut short still returns them.
-#   [STEPS="job planted parity"] bash scripts/device_calibration.sh TAG
+# One device call's worth of A/A calibration material on a GPU machine, written under $OUT
+# (or ./device-out), the results packed after every step so a call cut short still returns
+# them. Steps (STEPS, in this order when named):
+#   nox     `nox -s bench-sm90` (the main job: production + swiglu + ppl, gated against the
+#           committed baselines), results under aa/
+#   parity  the parity and edges matrices (not gated), results under aa/
+#   planted a graph-mode production run with the planted 5% slowdown on $PLANT (default
+#           fp16_cache; PLANT_ARGS default --no-compare), results under planted/
+#   job2    a second process of the job on the same machine, results under aa2/
+#   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
 set -uo pipefail
 tag=${1:-run}
 out=${OUT:-device-out}
@@ -26,11 +30,13 @@ step() {  # name, then the command
   echo "$name rc=$? $(( $(date +%s) - t1 )) s" | tee -a "$out/$tag-times.txt"
   pack
 }
-steps=" ${STEPS:-job planted parity} "
+steps=" ${STEPS:-nox parity planted} "
 step build python3 -c "from harness.kernels.build import extension, build_info; extension(); print(build_info())"
-[[ $steps == *" job "* ]] && step job python3 -m harness job --arch sm90 --out "$res/aa" --no-progress \
-  && tail -12 "$out/$tag-job.log"
+[[ $steps == *" nox "* ]] && step nox python3 -m nox -s bench-sm90 -- --out "$res/aa" --no-progress \
+  && tail -12 "$out/$tag-nox.log"
+[[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare
 [[ $steps == *" planted "* ]] && step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
   --matrix production --mode graph --out "$res/planted" --no-progress ${PLANT_ARGS:---no-compare} \
   --plugin tests/planted/slowdown_plugin.py
-[[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare
+[[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress \
+  && tail -12 "$out/$tag-job2.log"
