@@ -8,6 +8,7 @@
 #   planted a graph-mode production run with the planted 5% slowdown on $PLANT (default
 #           fp16_cache; PLANT_ARGS default --no-compare), results under planted/
 #   job2    a second process of the job on the same machine, results under aa2/
+#   report  `harness report` on each stored run against the committed baselines
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
 set -uo pipefail
 tag=${1:-run}
@@ -40,3 +41,14 @@ step build python3 -c "from harness.kernels.build import extension, build_info; 
   --plugin tests/planted/slowdown_plugin.py
 [[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress \
   && tail -12 "$out/$tag-job2.log"
+# report: `harness report` on every stored run of this call, gated against the committed
+# baselines (the verdict agreement line is the check: report == bench, row for row)
+if [[ $steps == *" report "* ]]; then
+  for d in "$res"/*/*/sm90; do
+    [ -d "$d" ] || continue
+    extra=(); [[ $d == */planted/* ]] && extra=(--partial)
+    python3 -m harness report "$d" --baseline baselines "${extra[@]}" \
+      >> "$out/$tag-report.log" 2>&1
+    echo "report $d rc=$?" | tee -a "$out/$tag-times.txt"
+  done
+fi
