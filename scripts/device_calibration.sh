@@ -35,12 +35,12 @@ steps=" ${STEPS:-nox parity planted} "
 step build python3 -c "from harness.kernels.build import extension, build_info; extension(); print(build_info())"
 [[ $steps == *" nox "* ]] && step nox python3 -m nox -s bench-sm90 -- --out "$res/aa" --no-progress \
   && tail -12 "$out/$tag-nox.log"
+[[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress \
+  && tail -12 "$out/$tag-job2.log"
 [[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare
 [[ $steps == *" planted "* ]] && step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
   --matrix production --mode graph --out "$res/planted" --no-progress ${PLANT_ARGS:---no-compare} \
   --plugin tests/planted/slowdown_plugin.py
-[[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress \
-  && tail -12 "$out/$tag-job2.log"
 # report: `harness report` on every stored run of this call, gated against the committed
 # baselines (the verdict agreement line is the check: report == bench, row for row)
 if [[ $steps == *" report "* ]]; then
