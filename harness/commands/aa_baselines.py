@@ -6,7 +6,6 @@ are ``harness.reports.calibration``'s; this module reads and writes the files.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -61,6 +60,16 @@ def _load_aa_runs(run_paths: Sequence[str | Path],
     return runs
 
 
+def _by_matrix(runs: Sequence[Run]) -> dict[str, list[Run]]:
+    """matrix -> the runs that hold it, in the order given (a run directory may hold only
+    some matrices: the job's runs and a separate parity/edges run of one machine)."""
+    out: dict[str, list[Run]] = {}
+    for run in runs:
+        for matrix in run.matrices:
+            out.setdefault(matrix, []).append(run)
+    return out
+
+
 def _calibration_info(runs: Sequence[Run], matrix: str, coverage: float, prior_df: float,
                       floor: float, spread: Mapping[Key, KeySpread]) -> dict:
     machines = machines_of([r.environment for r in runs])
@@ -72,8 +81,8 @@ def _calibration_info(runs: Sequence[Run], matrix: str, coverage: float, prior_d
         "sources": [run_identity(r.environment,
                                  r.metas[matrix].created if matrix in r.metas else "")
                     for r in runs],
-        "margin_median": median(margins) if margins else math.nan,
-        "margin_max": max(margins) if margins else math.nan,
+        "margin_median": median(margins) if margins else None,
+        "margin_max": max(margins) if margins else None,
     }
 
 
@@ -103,12 +112,12 @@ def calibrate(
 ) -> dict[str, dict[Key, float]]:
     """Noise margins from N A/A runs of one commit (``harness.reports.calibration``),
     stored in the existing baseline json(s); the baseline rows are kept."""
-    runs = _load_aa_runs(run_paths, echo)
-    arch = run_arch(runs[0], arch)
+    all_runs = _load_aa_runs(run_paths, echo)
+    arch = run_arch(all_runs[0], arch)
     directory = Path(root) / arch
     out: dict[str, dict[Key, float]] = {}
     with DirLock(directory):
-        for matrix in runs[0].matrices:
+        for matrix, runs in _by_matrix(all_runs).items():
             rows, meta = read_baseline_matrix(directory, matrix)
             warnings = check_environment(meta.environment, runs[0].environment, meta.settings,
                                          run_settings(runs[0], matrix), current="A/A runs")
@@ -133,12 +142,12 @@ def record(
     """A new baseline from N A/A runs of one commit: per key the medoid run's row (the run
     whose median is nearest the runs' median) and margins from all of them. The json names
     every source run by commit, GPU uuid, host, boot id and date."""
-    runs = _load_aa_runs(run_paths, echo)
-    arch = run_arch(runs[0], arch)
+    all_runs = _load_aa_runs(run_paths, echo)
+    arch = run_arch(all_runs[0], arch)
     directory = Path(root) / arch
     written = []
     with DirLock(directory):
-        for matrix in runs[0].matrices:
+        for matrix, runs in _by_matrix(all_runs).items():
             per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
             rows, _ = medoid_rows(per_run)
             spread = _spreads_for(runs, matrix, settings, coverage, prior_df)
@@ -163,13 +172,14 @@ def lomo_table(run_paths: Sequence[str | Path], settings: Settings, *, coverage:
     """The leave-one-machine-out check as printable lines, and whether it held: no false
     SLOWER in any held-out run and each planted slowdown caught in >= 95% of its rows with
     no other row failing."""
-    runs = _load_aa_runs(run_paths)
-    machines = machines_of([r.environment for r in runs])
-    lines = [f"leave-one-machine-out: {len(runs)} runs on {len(set(machines))} machine(s), "
+    all_runs = _load_aa_runs(run_paths)
+    lines = [f"leave-one-machine-out: {len(all_runs)} run directories on "
+             f"{len(set(machines_of([r.environment for r in all_runs])))} machine(s), "
              f"coverage {coverage}, prior_df {prior_df:g}, planted +{planted:.0%}, "
              f"modes {','.join(modes)}"]
     ok = True
-    for matrix in runs[0].matrices:
+    for matrix, runs in _by_matrix(all_runs).items():
+        machines = machines_of([r.environment for r in runs])
         per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
         held = leave_one_machine_out(per_run, machines, settings, coverage=coverage,
                                      prior_df=prior_df, planted=planted, gate_modes=modes)

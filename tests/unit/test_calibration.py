@@ -164,3 +164,33 @@ def test_record_refuses_runs_of_two_commits(tmp_path, capsys):
 
 def replace_commit(rows, commit):
     return [replace(r, commit=commit) for r in rows]
+
+
+def test_record_takes_each_matrix_from_the_runs_that_hold_it(tmp_path, capsys):
+    """A job's run directories (one matrix here) beside a separate run of another matrix
+    on one machine only: each matrix is recorded from its own runs; one run gives rows
+    without margins (and a json without NaN), never an error."""
+    from harness.cli import main
+    from harness.results.baseline import load_baseline
+
+    runs, labels = _fleet(machines=3, per_machine=1, offset_sd=0.004, seed=3)
+    paths = []
+    for i, (rows, label) in enumerate(zip(runs, labels, strict=True)):
+        env = Environment(arch="sm90", gpu_name="synthetic H200", commit="c" * 40,
+                          date="2026-12-03T08:00:00+00:00",
+                          **_ids(f"GPU-{label}", f"boot-{label}"))
+        write_run(tmp_path / f"aa{i}", rows, RunMeta(matrix="synthetic", environment=env))
+        paths.append(str(tmp_path / f"aa{i}"))
+    other = [replace(r, matrix="other") for r in runs[0]]
+    env = Environment(arch="sm90", gpu_name="synthetic H200", commit="c" * 40,
+                      **_ids("GPU-m0", "boot-m0"))
+    write_run(tmp_path / "solo", other, RunMeta(matrix="other", environment=env))
+    bl = tmp_path / "baselines"
+    assert main(["baseline", "record", "--runs", *paths, str(tmp_path / "solo"),
+                 "--root", str(bl)]) == 0
+    out = capsys.readouterr().out
+    assert "synthetic: " in out and "from 3 runs on 3 machine(s)" in out
+    assert "other: no key timed in two runs" in out
+    meta = json.loads((bl / "sm90" / "other.json").read_text())
+    assert meta["calibration"]["runs"] == 1 and meta["calibration"]["margin_max"] is None
+    assert load_baseline(bl / "sm90").margins                 # synthetic's margins are there
