@@ -214,7 +214,8 @@ def _no_build_here(plan: BuildPlan, why: str) -> BuildError:
         f"no build of the harness extension for {plan.arch.sm} in {build_root()} "
         f"({plan.name}) and this machine cannot compile one ({why}); run "
         f"`harness build --arch {plan.arch.name}` on a machine with nvcc, torch "
-        f"{tc.torch_version} and the same Python, into a HARNESS_BUILD_DIR this machine reads")
+        f"{tc.torch_version}, the same Python and optimum-quanto, into a HARNESS_BUILD_DIR "
+        "this machine reads")
 
 
 def _compile(plan: BuildPlan) -> ModuleType:
@@ -245,9 +246,10 @@ def _compile(plan: BuildPlan) -> ModuleType:
 
 def _recorded(meta: Path) -> dict:
     try:
-        return json.loads(meta.read_text())
+        data = json.loads(meta.read_text())
     except (ValueError, OSError):
         return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _info(plan: BuildPlan, *, with_marlin: bool, build_seconds: float, load_seconds: float,
