@@ -32,7 +32,10 @@ GPU_WHEELS = (
     "nox", "argcomplete", "colorlog", "dependency-groups", "python-discovery",
     "virtualenv", "distlib", "platformdirs", "packaging", "filelock", "attrs",
 )
-ARCHS = {"sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0)}
+#: The bench-smXY sessions: the same archs as harness/archs.py's KNOWN_ARCHS (a noxfile cannot
+#: import the harness; tests/unit/test_fleet_build.py checks the two agree).
+ARCHS = {"sm75": (7, 5), "sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9), "sm90": (9, 0),
+         "sm100": (10, 0), "sm120": (12, 0)}
 
 
 def _install_stamp(extras: tuple[str, ...]) -> str:

@@ -12,7 +12,7 @@ import-linter contracts enforce it)::
     harness.kernels    one module per GEMM path, the dispatcher model, the CUDA build
     harness.results    the records: schema, store, writer, environment, baselines (no torch)
     harness.cases      the shape-matrix registry
-    harness.config, harness.errors
+    harness.config, harness.errors, harness.archs   (settings, errors, the known GPU archs)
 
 Data flows one way: cases (what to compute) -> kernels (how each path computes it) ->
 measure (timing and accuracy) -> results (the rows on disk) -> reports (gate, renders).

@@ -23,7 +23,7 @@ from ..reports.verdicts import Remeasure
 from ..results.baseline import (
     BaselineMeta,
     baseline_dir,
-    check_baseline,
+    check_baseline_gate,
     load_baseline,
     write_baseline_matrix,
 )
@@ -70,11 +70,12 @@ def gate_against_baseline(
     """Gate ``rows`` (``matrix`` of the run in ``run_dir``) against the baseline of ``arch``
     under ``baselines``; returns the gate's exit code.
 
-    ``measured``: the run's settings as ``check_baseline`` compares them (a refused
+    ``measured``: the run's settings as ``check_baseline_gate`` compares them (a refused
     baseline raises ``IncompatibleBaselineError``; warnings are echoed, prefixed with
-    ``command``, and lead the result's notes). With no baseline a CANDIDATE baseline is
-    written under ``<run_dir>/candidate-baseline/`` (never into ``baselines``), and ERROR
-    and WORSE_ACCURACY rows still fail.
+    ``command``, and lead the result's notes; a baseline from another GPU model of the
+    arch is judged on accuracy, its timing rows TIMING_NOT_COMPARABLE). With no baseline
+    a CANDIDATE baseline is written under ``<run_dir>/candidate-baseline/`` (never into
+    ``baselines``), and ERROR and WORSE_ACCURACY rows still fail.
     """
     bdir = baseline_dir(Path(baselines), arch)
     record = run_dir / f"{matrix}.csv"
@@ -93,12 +94,13 @@ def gate_against_baseline(
         # must be able to tell from a pass
         return alone.exit_code if alone.exit_code else EXIT_NO_BASELINE
     base = load_baseline(bdir, [matrix])
-    env_warnings = check_baseline(base, env, measured, strict=strict_env)
-    for line in warning_lines(command, env_warnings):
+    env_check = check_baseline_gate(base, env, measured, strict=strict_env)
+    for line in warning_lines(command, env_check.warnings):
         echo(line)
     result = evaluate(rows, base.rows, settings, margins=base.margins, remeasure=remeasure,
-                      partial=partial, current_label=current_label, baseline_label=base.label)
-    result = with_env_warnings(result, env_warnings)
+                      partial=partial, current_label=current_label, baseline_label=base.label,
+                      timing_reason=env_check.timing_reason)
+    result = with_env_warnings(result, env_check.warnings)
     write_gate_record(record, result)
     echo(text_table(result))
     counts = {str(k): n for k, n in result.counts().items() if n}

@@ -18,7 +18,7 @@ from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import agreement
 from ..reports.markdown import text_table
 from ..reports.render import write_reports
-from ..results.baseline import baseline_dir, check_baseline, load_baseline, run_settings
+from ..results.baseline import baseline_dir, check_baseline_gate, load_baseline, run_settings
 from ..results.environment import STRICT_ENV_HELP, warning_lines, with_env_warnings
 from ..results.store import load_run
 from .common import add_settings_args, plain, stored_settings
@@ -48,14 +48,16 @@ def run(args: argparse.Namespace) -> int:
     settings = stored_settings(args, stored)
     if not stored.rows:
         raise ValueError(f"{args.run}: the run has no rows")
-    base_rows, margins, base_env, base_label, env_warnings = [], {}, None, "baseline", []
+    base_rows, margins, base_env, base_label, env_warnings = [], {}, None, "baseline", ()
+    timing_reason = None
     if args.baseline:
         arch = args.arch or stored.environment.arch
         if not arch:
             raise ValueError(f"{args.run}: the run does not record its arch; pass --arch")
         base = load_baseline(baseline_dir(args.baseline, arch), stored.matrices)
-        env_warnings = check_baseline(base, stored.environment, lambda m: run_settings(stored, m),
-                                      strict=args.strict_env)
+        check = check_baseline_gate(base, stored.environment,
+                                    lambda m: run_settings(stored, m), strict=args.strict_env)
+        env_warnings, timing_reason = check.warnings, check.timing_reason
         for line in warning_lines("harness report", env_warnings):
             print(line, file=sys.stderr)
         base_rows, margins = list(base.rows), base.margins
@@ -64,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
     # same rows, baseline and settings give the verdicts the bench printed
     result = evaluate(list(stored.rows), base_rows, settings, margins=margins, partial=args.partial,
                       remeasure=stored_remeasure(stored.confirmations),
-                      current_label=stored.label, baseline_label=base_label)
+                      current_label=stored.label, baseline_label=base_label,
+                      timing_reason=timing_reason)
     result = with_env_warnings(result, env_warnings)
     src = Path(args.run)
     out = Path(args.out) if args.out else (src if src.is_dir() else src.parent) / "report"

@@ -7,21 +7,24 @@ hash) and, when optimum-quanto is installed, quanto's ``marlin_cuda_kernel.cu`` 
 inside the installed package at run time, never copied into this repository) into one
 module with ``torch.utils.cpp_extension.load``.
 
-* Compiled for the GPU in use only: ``-gencode=arch=compute_XY,code=sm_XY``.
-* Cached by a hash of every source, the flags, the arch, torch's and CUDA's versions: the
-  module name carries the hash and the build lives in ``$HARNESS_BUILD_DIR/<name>`` (default
-  ``~/.cache/int4-harness/<name>``). A second run finds ``<name>.so`` and imports it without
-  invoking the compiler (``BuildInfo.cached``); the first build's time is kept in
-  ``build.json`` beside it.
-* Anything missing (CUDA torch, a GPU, nvcc, a C++ compiler, ninja) or a failed compile
-  raises ``BuildError`` with one line; the compiler's output goes to ``build-error.log``.
-* Without quanto the quanto-free part is still built (``has_marlin() == False``) and
-  ``BuildInfo.marlin_reason`` says why Marlin is absent.
+* One build per arch: ``-gencode=arch=compute_XY,code=sm_XY``. What a build compiles,
+  its flags and its cache key come from one pure function, ``build_plan.plan_build``:
+  the bench plans for the visible GPU, ``harness build --arch`` (``ensure_built``) for any
+  arch without that GPU, and both land in the same folder.
+* Cached in ``$HARNESS_BUILD_DIR/<name>`` (default ``~/.cache/int4-harness/<name>``), the
+  name carrying the key. A process that finds ``<name>.so`` imports it without a compiler
+  (``BuildInfo.cached``), even on a machine without nvcc; the build's time and the nvcc
+  that made it are kept in ``build.json`` beside it.
+* Anything missing (CUDA torch, a GPU for the bench, nvcc / a C++ compiler / ninja when
+  there is no cached build) or a failed compile raises ``BuildError`` with one line; the
+  compiler's output goes to ``build-error.log``. With no cached build and no compiler the
+  line names the arch and the ``harness build --arch smXY`` to run on a machine with nvcc.
+* Without quanto, or for an arch below SM 8.0, the quanto-free part is still built
+  (``has_marlin() == False``) and ``BuildInfo.marlin_reason`` says why Marlin is absent.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import importlib.util
 import json
@@ -29,24 +32,40 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
-from harness.errors import HarnessError
+from ..archs import Arch
+from ..errors import HarnessError
+from .build_plan import (
+    CSRC,
+    QUANTO_MARLIN_HEADER,
+    QUANTO_MARLIN_SOURCE,
+    BuildPlan,
+    Toolchain,
+    own_sources,
+    plan_build,
+)
 
-CSRC = Path(__file__).resolve().parent / "csrc"
+__all__ = ["CSRC", "BuildError", "BuildInfo", "BuildOutcome", "CannotCompileError", "build_info",
+           "build_root", "ensure_built", "extension", "extension_unavailable_reason",
+           "marlin_unavailable_reason", "own_sources", "plan_for", "quanto_marlin_dir",
+           "toolchain", "visible_arch"]
+
 QUANTO_MARLIN_SUBDIR = ("quanto", "library", "extensions", "cuda", "marlin")
-QUANTO_MARLIN_SOURCE = "marlin_cuda_kernel.cu"
-QUANTO_MARLIN_HEADER = "marlin_cuda_kernel.cuh"
-_CUDA_FLAGS = ("-O3", "-lineinfo")
-_CXX_FLAGS = ("-O3",)
 
 
 class BuildError(HarnessError, RuntimeError):
     """The extension cannot be built or loaded here; the message is one line saying why."""
+
+
+class CannotCompileError(BuildError):
+    """No compiler here for this build (nvcc, a C++ compiler, ninja, or an nvcc too old for
+    the arch); the bench turns it into the ``harness build --arch`` hint."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +83,7 @@ class BuildInfo:
     build_seconds: float        # time of the compile that produced the module
     load_seconds: float         # time of this process's load
     cached: bool                # True: loaded an earlier build, nothing was compiled
+    nvcc: str = ""              # the nvcc that compiled it ("" when not recorded)
 
 
 def quanto_marlin_dir() -> tuple[Path | None, str | None]:
@@ -83,62 +103,92 @@ def quanto_marlin_dir() -> tuple[Path | None, str | None]:
                   "is not in it (install optimum-quanto==0.2.7)")
 
 
-def own_sources() -> list[Path]:
-    """The harness's CUDA/C++ sources and headers, sorted (all of them enter the hash)."""
-    return sorted(p for p in CSRC.iterdir() if p.suffix in (".cu", ".cpp", ".h", ".cuh"))
-
-
 def build_root() -> Path:
+    """``$HARNESS_BUILD_DIR``, else ``~/.cache/int4-harness``: every build's parent folder."""
     env = os.environ.get("HARNESS_BUILD_DIR")
     return Path(env).expanduser() if env else Path.home() / ".cache" / "int4-harness"
 
 
-def _check_toolchain() -> tuple[object, str, str]:
-    """(torch, arch tag "XY", cuda version) or BuildError naming what is missing."""
+def _torch():
     try:
         import torch  # the extension build: build.py stays importable without torch
     except ImportError as exc:  # pragma: no cover - torch is a dependency
         raise BuildError(f"torch is not importable: {exc}") from None
+    return torch
+
+
+def toolchain() -> Toolchain:
+    """This process's torch, its CUDA version and the Python ABI; ``BuildError`` on a CPU
+    build of torch (the extension needs a CUDA build, a GPU does not have to be there)."""
+    torch = _torch()
     if torch.version.cuda is None:
         raise BuildError(f"torch {torch.__version__} is a CPU build; "
                          "the CUDA paths need a CUDA build of torch")
+    abi = sysconfig.get_config_var("EXT_SUFFIX") or sys.version.split()[0]
+    return Toolchain(torch_version=torch.__version__, cuda_version=str(torch.version.cuda),
+                     python_abi=str(abi))
+
+
+def visible_arch() -> Arch:
+    """The arch of the GPU torch uses; ``BuildError`` when none is visible."""
+    torch = _torch()
     if not torch.cuda.is_available():
         raise BuildError("no CUDA GPU is visible to torch (torch.cuda.is_available() is False)")
+    major, minor = torch.cuda.get_device_capability()
+    return Arch.of(major, minor)
+
+
+def plan_for(arch: Arch) -> BuildPlan:
+    """``plan_build`` for ``arch`` with this process's toolchain and installed quanto."""
+    marlin_dir, why = quanto_marlin_dir()
+    return plan_build(arch, toolchain(), marlin_dir, why)
+
+
+def _nvcc_path() -> str | None:
     from torch.utils import cpp_extension  # the extension build: loaded only when building
 
     nvcc = Path(cpp_extension.CUDA_HOME or "", "bin", "nvcc")
-    if not (cpp_extension.CUDA_HOME and nvcc.is_file()) and shutil.which("nvcc") is None:
-        raise BuildError("nvcc not found: set CUDA_HOME or put the CUDA toolkit's nvcc on PATH")
-    cxx = os.environ.get("CXX", "c++")
-    if shutil.which(cxx) is None:
-        raise BuildError(f"C++ compiler {cxx!r} not found: install g++ or set CXX")
-    if not cpp_extension.is_ninja_available():
-        raise BuildError("ninja not found: torch.utils.cpp_extension needs it (pip install ninja)")
-    major, minor = torch.cuda.get_device_capability()
-    return torch, f"{major}{minor}", str(torch.version.cuda)
+    if cpp_extension.CUDA_HOME and nvcc.is_file():
+        return str(nvcc)
+    return shutil.which("nvcc")
 
 
-def _nvcc_version() -> str:
+def compiler_missing() -> str | None:
+    """Why this machine cannot compile the extension (nvcc, a C++ compiler, ninja), or None."""
     from torch.utils import cpp_extension  # the extension build: loaded only when building
 
-    nvcc = str(Path(cpp_extension.CUDA_HOME or "", "bin", "nvcc"))
-    if not Path(nvcc).is_file():
-        nvcc = shutil.which("nvcc") or "nvcc"
+    if _nvcc_path() is None:
+        return "nvcc not found: set CUDA_HOME or put the CUDA toolkit's nvcc on PATH"
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx) is None:
+        return f"C++ compiler {cxx!r} not found: install g++ or set CXX"
+    if not cpp_extension.is_ninja_available():
+        return "ninja not found: torch.utils.cpp_extension needs it (pip install ninja)"
+    return None
+
+
+def _run_nvcc(*args: str) -> str:
     try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60).stdout
+        out = subprocess.run([_nvcc_path() or "nvcc", *args], capture_output=True, text=True,
+                             timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+        return ""
+    return out.strip()
 
 
-def _digest(files: list[Path], extra: list[str]) -> str:
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode())
-        h.update(f.read_bytes())
-    for item in extra:
-        h.update(item.encode())
-    return h.hexdigest()[:16]
+def nvcc_version() -> str:
+    """The last line of ``nvcc --version`` ("unknown" when it cannot be run)."""
+    out = _run_nvcc("--version")
+    return out.splitlines()[-1] if out else "unknown"
+
+
+def _nvcc_lacks(arch: Arch) -> str | None:
+    """Why this nvcc cannot compile for ``arch`` (its ``--list-gpu-arch``), or None."""
+    listed = set(_run_nvcc("--list-gpu-arch").split())
+    if listed and f"compute_{arch.tag}" not in listed:
+        return (f"this nvcc ({nvcc_version()}) cannot compile for {arch.sm}: "
+                f"its --list-gpu-arch has no compute_{arch.tag} (use a newer CUDA toolkit)")
+    return None
 
 
 def _import_so(name: str, so: Path) -> ModuleType:
@@ -150,72 +200,151 @@ def _import_so(name: str, so: Path) -> ModuleType:
     return module
 
 
-_LOCK = threading.Lock()
-_STATE: dict[str, object] = {}
+def _load_cached(plan: BuildPlan, so: Path) -> ModuleType:
+    try:
+        return _import_so(plan.name, so)
+    except (ImportError, OSError) as exc:
+        raise BuildError(f"the cached build {so} cannot be loaded ({exc}); delete "
+                         f"{so.parent} to build it again") from None
 
 
-def _build() -> tuple[ModuleType, BuildInfo]:
-    torch, arch, cuda_version = _check_toolchain()
+def _no_build_here(plan: BuildPlan, why: str) -> BuildError:
+    tc = plan.toolchain
+    return BuildError(
+        f"no build of the harness extension for {plan.arch.sm} in {build_root()} "
+        f"({plan.name}) and this machine cannot compile one ({why}); run "
+        f"`harness build --arch {plan.arch.name}` on a machine with nvcc, torch "
+        f"{tc.torch_version}, the same Python and optimum-quanto, into a HARNESS_BUILD_DIR "
+        "this machine reads")
+
+
+def _compile(plan: BuildPlan) -> ModuleType:
+    """Compile ``plan`` into its folder and import it (``BuildError`` with one line)."""
     from torch.utils import cpp_extension  # the extension build: loaded only when building
 
-    marlin_dir, marlin_reason = quanto_marlin_dir()
-    mine = own_sources()
-    compiled = [p for p in mine if p.suffix in (".cu", ".cpp")]
-    hashed = list(mine)
-    defines = [f"-DHARNESS_WITH_MARLIN={int(marlin_dir is not None)}"]
-    includes = [str(CSRC)]
-    if marlin_dir is not None:
-        quanto_src = marlin_dir / QUANTO_MARLIN_SOURCE
-        compiled.append(quanto_src)
-        hashed += [quanto_src, marlin_dir / QUANTO_MARLIN_HEADER]
-        includes.append(str(marlin_dir))
-    gencode = f"-gencode=arch=compute_{arch},code=sm_{arch}"
-    cuda_flags = [*_CUDA_FLAGS, gencode, *defines]
-    cxx_flags = [*_CXX_FLAGS, *defines]
-    key = _digest(hashed, [arch, torch.__version__, cuda_version, _nvcc_version(), sys.version,
-                           *cuda_flags, *cxx_flags])
-    name = f"harness_int4_{key}"
-    build_dir = build_root() / name
+    missing = compiler_missing() or _nvcc_lacks(plan.arch)
+    if missing:
+        raise CannotCompileError(missing)
+    build_dir = plan.directory(build_root())
     try:
         build_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise BuildError(f"build directory {build_dir} cannot be created ({exc.strerror or exc}); "
                          "set HARNESS_BUILD_DIR to a writable folder") from None
-    so = build_dir / f"{name}.so"
-    meta = build_dir / "build.json"
+    try:
+        return cpp_extension.load(
+            name=plan.name, sources=list(plan.sources), extra_cflags=list(plan.cxx_flags),
+            extra_cuda_cflags=list(plan.cuda_flags), extra_include_paths=list(plan.include_dirs),
+            build_directory=str(build_dir), with_cuda=True, verbose=False,
+        )
+    except Exception as exc:  # compiler/linker output is long; keep it in a file
+        log = build_dir / "build-error.log"
+        log.write_text(f"{type(exc).__name__}: {exc}\n")
+        raise BuildError(f"compiling the harness extension for {plan.arch.sm} failed; "
+                         f"compiler output in {log}") from None
+
+
+def _recorded(meta: Path) -> dict:
+    try:
+        data = json.loads(meta.read_text())
+    except (ValueError, OSError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _info(plan: BuildPlan, *, with_marlin: bool, build_seconds: float, load_seconds: float,
+          cached: bool, nvcc: str) -> BuildInfo:
+    return BuildInfo(
+        name=plan.name, build_dir=str(plan.directory(build_root())), arch=plan.arch.sm,
+        torch_version=plan.toolchain.torch_version, cuda_version=plan.toolchain.cuda_version,
+        with_marlin=with_marlin, marlin_reason=plan.marlin_reason,
+        marlin_source=plan.marlin_source, build_seconds=build_seconds,
+        load_seconds=load_seconds, cached=cached, nvcc=nvcc,
+    )
+
+
+def _load_or_build(plan: BuildPlan) -> tuple[ModuleType, BuildInfo]:
+    """The module of ``plan``: imported from the cache, else compiled (then recorded)."""
+    build_dir = plan.directory(build_root())
+    so, meta = build_dir / f"{plan.name}.so", build_dir / "build.json"
     t0 = time.perf_counter()
     cached = so.is_file()
-    if cached:
-        module = _import_so(name, so)
-    else:
-        try:
-            module = cpp_extension.load(
-                name=name, sources=[str(p) for p in compiled], extra_cflags=cxx_flags,
-                extra_cuda_cflags=cuda_flags, extra_include_paths=includes,
-                build_directory=str(build_dir), with_cuda=True, verbose=False,
-            )
-        except Exception as exc:  # compiler/linker output is long; keep it in a file
-            log = build_dir / "build-error.log"
-            log.write_text(f"{type(exc).__name__}: {exc}\n")
-            raise BuildError(f"compiling the harness extension for sm_{arch} failed; "
-                             f"compiler output in {log}") from None
+    module = _load_cached(plan, so) if cached else _compile(plan)
     load_seconds = time.perf_counter() - t0
-    build_seconds = load_seconds
-    if cached and meta.is_file():
+    if cached:
+        recorded = _recorded(meta)
         try:
-            build_seconds = float(json.loads(meta.read_text())["build_seconds"])
-        except (ValueError, KeyError, OSError):
+            build_seconds = float(recorded["build_seconds"])
+        except (KeyError, TypeError, ValueError):
             build_seconds = float("nan")
-    info = BuildInfo(
-        name=name, build_dir=str(build_dir), arch=f"sm_{arch}", torch_version=torch.__version__,
-        cuda_version=cuda_version, with_marlin=bool(module.has_marlin()),
-        marlin_reason=None if marlin_dir is not None else marlin_reason,
-        marlin_source=str(marlin_dir / QUANTO_MARLIN_SOURCE) if marlin_dir is not None else None,
-        build_seconds=build_seconds, load_seconds=load_seconds, cached=cached,
-    )
-    if not cached:
+        info = _info(plan, with_marlin=bool(module.has_marlin()), build_seconds=build_seconds,
+                     load_seconds=load_seconds, cached=True, nvcc=str(recorded.get("nvcc", "")))
+    else:
+        info = _info(plan, with_marlin=bool(module.has_marlin()), build_seconds=load_seconds,
+                     load_seconds=load_seconds, cached=False, nvcc=nvcc_version())
         meta.write_text(json.dumps(asdict(info), indent=2) + "\n")
     return module, info
+
+
+def _build() -> tuple[ModuleType, BuildInfo]:
+    """The bench's build: the visible GPU's plan, loaded from the cache or compiled."""
+    toolchain()                       # a CPU build of torch is named before the GPU is
+    plan = plan_for(visible_arch())
+    try:
+        return _load_or_build(plan)
+    except CannotCompileError as exc:
+        raise _no_build_here(plan, str(exc)) from None
+
+
+@dataclass(frozen=True)
+class BuildOutcome:
+    """One arch of ``harness build``: cached or built, how long, Marlin in or why not."""
+
+    plan: BuildPlan
+    directory: str
+    cached: bool
+    seconds: float              # compile time when built; the build's recorded time when cached
+    error: str | None = None    # the one-line BuildError when it failed
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def so(self) -> str:
+        return str(Path(self.directory) / f"{self.plan.name}.so")
+
+
+def ensure_built(plan: BuildPlan) -> BuildOutcome:
+    """Compile ``plan`` unless its ``.so`` is in the cache already; never needs a GPU.
+
+    A failed build is returned (``error``), not raised, so a fleet build reports every
+    arch. A compiled module is imported once to check it says what the plan says about
+    Marlin (``has_marlin``).
+    """
+    build_dir = plan.directory(build_root())
+    so = build_dir / f"{plan.name}.so"
+    if so.is_file():
+        try:
+            seconds = float(_recorded(build_dir / "build.json")["build_seconds"])
+        except (KeyError, TypeError, ValueError):
+            seconds = float("nan")
+        return BuildOutcome(plan, str(build_dir), cached=True, seconds=seconds)
+    t0 = time.perf_counter()
+    try:
+        module, info = _load_or_build(plan)
+    except BuildError as exc:
+        return BuildOutcome(plan, str(build_dir), cached=False,
+                            seconds=time.perf_counter() - t0, error=str(exc))
+    if info.with_marlin != plan.with_marlin:
+        return BuildOutcome(plan, str(build_dir), cached=False, seconds=info.build_seconds,
+                            error=f"the module's has_marlin() is {info.with_marlin}, "
+                                  f"the plan's {plan.with_marlin}")
+    return BuildOutcome(plan, str(build_dir), cached=info.cached, seconds=info.build_seconds)
+
+
+_LOCK = threading.Lock()
+_STATE: dict[str, object] = {}
 
 
 def extension() -> ModuleType:
@@ -249,7 +378,8 @@ def extension_unavailable_reason() -> str | None:
 
 
 def marlin_unavailable_reason() -> str | None:
-    """None when quanto's Marlin is compiled into the extension; otherwise why not."""
+    """None when quanto's Marlin is compiled into the extension; otherwise why not (quanto
+    missing, or ``build_plan.MARLIN_ARCH_REASON`` for a GPU below SM 8.0)."""
     reason = extension_unavailable_reason()
     if reason is not None:
         return reason

@@ -1,10 +1,11 @@
 """Comparing two stored result sets: B gated against A (A is the baseline side).
 
 Torch-free and git-free: the rows are already measured. ``compare_runs`` applies the
-environment policy to the two sides (``results.environment.check_environment``, A as the
-baseline), gates B against A (``gate.evaluate``) with the noise margins it is given and
-the A side's own calibrated margins when A is a stored baseline, and puts the
-environment warnings first among the result's notes (the report header).
+environment policy to the two sides (``results.environment.check_gate_environment``, A
+as the baseline: two GPU models of one arch are judged on accuracy, not on timing),
+gates B against A (``gate.evaluate``) with the noise margins it is given and the A
+side's own calibrated margins when A is a stored baseline, and puts the environment
+warnings first among the result's notes (the report header).
 
 Helpers for sides measured in several rounds (``harness compare`` on git revisions,
 ``harness.commands.compare``): ``pool_rows`` pools the rounds of one side (samples
@@ -19,7 +20,7 @@ from dataclasses import replace
 
 from ..config import Settings
 from ..results.environment import (
-    check_environment,
+    check_gate_environment,
     measured_settings,
     warning_lines,
     with_env_warnings,
@@ -95,17 +96,19 @@ def compare_runs(
     environment and settings (for a measured side: its first round).
 
     Refused sides raise ``IncompatibleBaselineError``; the warnings are echoed and lead
-    the result's notes. Two machines of one GPU model are allowed. ``strict_env``
+    the result's notes. Two machines of one GPU model are allowed; two GPU models of one
+    arch are compared on accuracy, NaN, dispatch and determinism, their timing rows
+    TIMING_NOT_COMPARABLE. ``strict_env``
     refuses on any warning. ``a_stored``: A was read from disk, so the noise margins
     its json carries (a baseline's) apply as well. ``notes`` (how ``margins`` were
     obtained) are appended to the result's own when there are margins. When each side
     holds one matrix, A's rows take B's matrix name, so two differently named matrices
     still pair up.
     """
-    env_warnings = check_environment(run_a.environment, run_b.environment, side_settings(run_a),
-                                     side_settings(run_b), strict=strict_env,
-                                     what=f"A side ({a_label})", current=f"B side ({b_label})")
-    for line in warning_lines("harness compare", env_warnings):
+    env = check_gate_environment(run_a.environment, run_b.environment, side_settings(run_a),
+                                 side_settings(run_b), strict=strict_env,
+                                 what=f"A side ({a_label})", current=f"B side ({b_label})")
+    for line in warning_lines("harness compare", env.warnings):
         echo(line)
     stored = stored_margins(run_a) if a_stored else {}
     notes = tuple(notes) if margins else ()
@@ -115,7 +118,8 @@ def compare_runs(
     if len({r.matrix for r in a_rows}) == 1 and len({r.matrix for r in b_rows}) == 1:
         a_rows = [replace(r, matrix=b_rows[0].matrix) for r in a_rows]
     result = evaluate(b_rows, a_rows, settings, margins=margins, remeasure=remeasure,
-                      baseline_label=f"A: {a_label}", current_label=f"B: {b_label}")
+                      baseline_label=f"A: {a_label}", current_label=f"B: {b_label}",
+                      timing_reason=env.timing_reason)
     if notes:
         result = replace(result, notes=result.notes + notes)
-    return with_env_warnings(result, env_warnings)
+    return with_env_warnings(result, env.warnings)

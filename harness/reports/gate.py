@@ -2,10 +2,10 @@
 (the judging; the records it returns, ``Verdict``, ``RowVerdict``, ``GateResult``, are in
 ``harness.reports.verdicts``).
 
-Verdicts (``Verdict``): SAME, FASTER, SLOWER, AMBIGUOUS, WORSE_ACCURACY, LESS_ACCURATE,
-NONDETERMINISTIC, LOST_DISPATCH, NEW, MISSING, ERROR. A row *fails* the gate when its
-verdict is in ``FAILING`` and its ``role`` is ``path`` (peers such as tinygemm or cuBLAS
-are informational columns).
+Verdicts (``Verdict``): SAME, FASTER, SLOWER, AMBIGUOUS, TIMING_NOT_COMPARABLE,
+WORSE_ACCURACY, LESS_ACCURATE, NONDETERMINISTIC, LOST_DISPATCH, NEW, MISSING, ERROR. A row
+*fails* the gate when its verdict is in ``FAILING`` and its ``role`` is ``path`` (peers
+such as tinygemm or cuBLAS are informational columns).
 ``GateResult.exit_code`` is 1 when any row fails, else 0; FASTER never fails and
 AMBIGUOUS (after re-measurement) does not fail either.
 
@@ -30,7 +30,9 @@ promises identical outputs (``nondeterminism_note`` empty) or ``fail_on_nondeter
 is 1, otherwise a reason on the row (``RowVerdict.nondeterministic``) that does not fail;
 then dispatch (the baseline's dispatcher chose a Marlin path, the current one does not;
 flagged on the row of the path the baseline dispatched to) -> LOST_DISPATCH; then speed
-(``stats.speed_call``).
+(``stats.speed_call``), unless the caller says the two sides' times cannot be compared
+(``timing_reason``: another GPU model of the arch, ``environment.check_gate_environment``)
+-> TIMING_NOT_COMPARABLE, which never fails: the other checks still apply.
 The first applicable verdict in ``verdicts.PRIORITY`` order wins; ``reasons`` lists them all.
 
 Extension point: ``remeasure(keys)``, supplied by the measurement engine, is called once
@@ -163,9 +165,10 @@ def _deltas(cur: ResultRow, base: ResultRow) -> dict:
 
 def judge_row(
     cur: ResultRow | None, base: ResultRow | None, settings: Settings, *,
-    margin: float = math.nan, lost_dispatch: bool = False,
+    margin: float = math.nan, lost_dispatch: bool = False, timing_reason: str | None = None,
 ) -> RowVerdict:
-    """The verdict of one key (see the module docstring for the order of checks)."""
+    """The verdict of one key (see the module docstring for the order of checks);
+    ``timing_reason``: why no speed verdict may be called (TIMING_NOT_COMPARABLE)."""
     ref = cur if cur is not None else base
     if ref is None:
         raise ValueError("judge_row needs a current or a baseline row")
@@ -218,13 +221,18 @@ def judge_row(
                               f"dispatcher chose {base.dispatch_path} in the baseline, now "
                               f"{cur.dispatch_path or 'nothing'}"
                               + (f" ({cur.fallback_reason})" if cur.fallback_reason else "")))
-            sc = speed_call(base.samples(), cur.samples(), alpha=settings.alpha,
-                            min_effect=settings.min_effect, margin=margin,
-                            base_median=base.time_us_median, cur_median=cur.time_us_median)
-            extra.update(base_median_us=sc.base_median, cur_median_us=sc.cur_median,
-                         time_change=sc.change, p_value=sc.p_value, threshold=sc.threshold)
-            call = Verdict.SAME if sc.call == "NONE" else Verdict(sc.call)
-            found.append((call, sc.reason))
+            if timing_reason:       # the times are shown, never judged
+                extra.update(base_median_us=base.time_us_median, cur_median_us=cur.time_us_median)
+                found.append((Verdict.TIMING_NOT_COMPARABLE,
+                              f"timing not compared: {timing_reason}"))
+            else:
+                sc = speed_call(base.samples(), cur.samples(), alpha=settings.alpha,
+                                min_effect=settings.min_effect, margin=margin,
+                                base_median=base.time_us_median, cur_median=cur.time_us_median)
+                extra.update(base_median_us=sc.base_median, cur_median_us=sc.cur_median,
+                             time_change=sc.change, p_value=sc.p_value, threshold=sc.threshold)
+                call = Verdict.SAME if sc.call == "NONE" else Verdict(sc.call)
+                found.append((call, sc.reason))
     found.sort(key=lambda vr: RANK[vr[0]])
     verdict = found[0][0]
     role = ref.role
@@ -284,6 +292,7 @@ def evaluate(
     partial: bool = False,
     current_label: str = "current",
     baseline_label: str = "baseline",
+    timing_reason: str | None = None,
 ) -> GateResult:
     """Gate ``current`` against ``baseline`` row by row.
 
@@ -292,7 +301,8 @@ def evaluate(
     ``partial=True`` ignores baseline rows whose case, path or mode the current run did not
     measure (a filtered run: --filter, --paths, --mode) instead of calling them MISSING.
     The environments must have been checked by the caller
-    (``environment.check_compatible``).
+    (``environment.check_gate_environment``); its ``timing_reason`` (another GPU model)
+    turns every speed verdict into TIMING_NOT_COMPARABLE.
     """
     margins = margins or {}
     remeasured: tuple[ResultRow, ...] = ()
@@ -306,7 +316,7 @@ def evaluate(
 
     def judge(k: tuple, c: ResultRow | None, b: ResultRow | None) -> RowVerdict:
         return judge_row(c, b, settings, margin=margins.get(k[-3:], math.nan),
-                         lost_dispatch=k in lost)
+                         lost_dispatch=k in lost, timing_reason=timing_reason)
 
     verdicts = {k: judge(k, cur.get(k), base.get(k)) for k in sorted(set(cur) | set(base))}
     notes: list[str] = []

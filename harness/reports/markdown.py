@@ -21,7 +21,8 @@ from .verdicts import (
 _ICON = {Verdict.SLOWER: "🐢", Verdict.FASTER: "🚀", Verdict.WORSE_ACCURACY: "🎯",
          Verdict.LESS_ACCURATE: "📉", Verdict.NONDETERMINISTIC: "🎲", Verdict.LOST_DISPATCH: "↪️",
          Verdict.MISSING: "❓", Verdict.ERROR: "💥",
-         Verdict.AMBIGUOUS: "〰️", Verdict.NEW: "🆕", Verdict.SAME: "="}
+         Verdict.AMBIGUOUS: "〰️", Verdict.TIMING_NOT_COMPARABLE: "⏱️", Verdict.NEW: "🆕",
+         Verdict.SAME: "="}
 
 
 def fmt_us(x: float) -> str:
@@ -40,8 +41,10 @@ def _detail(v: RowVerdict, width: int = 90) -> str:
 
 
 def text_table(result: GateResult, changes_only: bool = False, max_rows: int = 60) -> str:
-    """A fixed-width table for the terminal (SAME rows hidden when ``changes_only``)."""
-    rows = [v for v in result.verdicts if not (changes_only and v.verdict == Verdict.SAME)]
+    """A fixed-width table for the terminal (SAME rows, and rows whose timing was not
+    comparable and nothing else happened, hidden when ``changes_only``)."""
+    quiet = (Verdict.SAME, Verdict.TIMING_NOT_COMPARABLE)
+    rows = [v for v in result.verdicts if not (changes_only and v.verdict in quiet)]
     head = ("verdict", "case", "path", "mode", "base µs", "cur µs", "Δ time", "detail")
     body = [(str(v.verdict) + (" *" if v.fails else ""), v.case_id, _path(v), v.mode,
              fmt_us(v.base_median_us), fmt_us(v.cur_median_us), fmt_pct(v.time_change),

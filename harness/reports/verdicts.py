@@ -22,6 +22,7 @@ class Verdict(str, Enum):
     FASTER = "FASTER"
     SLOWER = "SLOWER"
     AMBIGUOUS = "AMBIGUOUS"
+    TIMING_NOT_COMPARABLE = "TIMING_NOT_COMPARABLE"
     WORSE_ACCURACY = "WORSE_ACCURACY"
     LESS_ACCURATE = "LESS_ACCURATE"
     NONDETERMINISTIC = "NONDETERMINISTIC"
@@ -39,7 +40,8 @@ FAILING = frozenset({Verdict.SLOWER, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURA
                      Verdict.ERROR})
 PRIORITY = (Verdict.ERROR, Verdict.MISSING, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
              Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH,
-             Verdict.SLOWER, Verdict.AMBIGUOUS, Verdict.FASTER, Verdict.NEW, Verdict.SAME)
+             Verdict.SLOWER, Verdict.AMBIGUOUS, Verdict.FASTER, Verdict.TIMING_NOT_COMPARABLE,
+             Verdict.NEW, Verdict.SAME)
 RANK = {v: i for i, v in enumerate(PRIORITY)}
 
 #: One line per verdict, for the reports' glossary (docs/measurement.md section 8 in full).
@@ -58,6 +60,9 @@ MEANINGS: dict[Verdict, str] = {
                     "significantly, confirmed by a second measurement (fails in graph mode)",
     Verdict.AMBIGUOUS: "a large move the samples cannot confirm (does not fail)",
     Verdict.FASTER: "the mirror of SLOWER (does not fail)",
+    Verdict.TIMING_NOT_COMPARABLE: "the two sides ran on different GPU models of one arch: the "
+                                    "times are shown, not judged (does not fail); accuracy, "
+                                    "NaN, dispatch and determinism verdicts still apply",
     Verdict.NEW: "no baseline row (does not fail)",
     Verdict.SAME: "nothing of the above",
 }

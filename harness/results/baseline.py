@@ -7,7 +7,8 @@ margins from A/A calibration, and the SHA-256 of the CSV so a half-finished prom
 detected instead of gated against.
 
 Reading and writing only (``load_baseline``, ``write_baseline_matrix``...) and the
-environment check every gate applies before comparing with one (``check_baseline``).
+environment check every gate applies before comparing with one (``check_baseline_gate``;
+``check_baseline`` for comparisons of timings alone).
 Promoting a run (``accept``) and calibrating margins (``record``, ``calibrate``,
 ``lomo``) are ``harness baseline``'s (``harness.commands.baseline``).
 """
@@ -20,7 +21,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .environment import Environment, check_environment, measured_settings
+from .environment import (
+    EnvCheck,
+    Environment,
+    check_environment,
+    check_gate_environment,
+    measured_settings,
+)
 from .schema import Key, ResultRow, SchemaError
 from .store import (
     Run,
@@ -161,6 +168,24 @@ def check_baseline(
             if w not in warnings:
                 warnings.append(w)
     return warnings
+
+
+def check_baseline_gate(
+    base: Baseline, env: Environment, settings_of: Callable[[str], Mapping] | Mapping | None = None,
+    *, strict: bool = False, what: str = "baseline",
+) -> EnvCheck:
+    """``check_gate_environment`` of ``env`` against every matrix of ``base`` (for a gate: a
+    baseline from another GPU model of the arch is judged on accuracy, not on timing); the
+    warnings once each, the first matrix's timing reason."""
+    warnings: list[str] = []
+    timing: str | None = None
+    for name, meta in base.metas.items():
+        cur = settings_of(name) if callable(settings_of) else settings_of
+        check = check_gate_environment(meta.environment, env, meta.settings, cur, strict=strict,
+                                       what=what)
+        warnings += [w for w in check.warnings if w not in warnings]
+        timing = timing or check.timing_reason
+    return EnvCheck(tuple(warnings), timing)
 
 
 def baseline_dir(root: str | Path, arch: str) -> Path:

@@ -2,14 +2,20 @@
 
 The measurement engine fills an ``Environment`` (as a dict under ``"environment"`` in a
 run's ``<matrix>.json``); baselines keep the one they were accepted from.
-``check_environment`` is the one policy every comparison applies (``harness bench``'s
-gate, ``harness report --baseline``, ``harness compare``, ``harness ppl``'s gate,
-``harness baseline accept`` / ``calibrate``):
+One policy, in two forms: ``check_gate_environment`` for the gates, which judge accuracy
+and timing (``harness bench``'s and ``harness ppl``'s gate, ``harness report --baseline``,
+``harness compare``), and ``check_environment`` for comparisons of timings alone
+(``harness baseline accept``'s diff, ``record``, ``calibrate``, ``lomo``):
 
-* refused (``IncompatibleBaselineError``, one line): another arch; another GPU model; a
-  setting that changes what is measured (``MEASURED_SETTINGS``: the timing stop rule,
-  ``accuracy_runs``, the timing modes and, for CPU timing, the CPU threads); a side that
-  records no environment at all (re-record it);
+* refused (``IncompatibleBaselineError``, one line): another arch; a setting that changes
+  what is measured (``MEASURED_SETTINGS``: the timing stop rule, ``accuracy_runs``, the
+  timing modes and, for CPU timing, the CPU threads); a side that records no environment
+  at all (re-record it);
+* another GPU model of the same arch: refused by ``check_environment``; a gate compares
+  (``EnvCheck.timing_reason``): its timing rows become TIMING_NOT_COMPARABLE, never
+  SLOWER or FASTER, while accuracy, NaN, dispatch and determinism verdicts still hold
+  (they do not depend on the GPU model within an arch), and the difference leads the
+  warnings (refused with ``strict=True``);
 * warned (returned lines; refused with ``strict=True``, the commands' ``--strict-env``):
   another torch, CUDA, driver or optimum-quanto version, max SM clock or power limit
   (``WARNED_FACTS``).
@@ -160,6 +166,7 @@ WARNED_FACTS: tuple[tuple[str, str, str], ...] = (
 
 #: The help text of the commands' ``--strict-env`` flag.
 STRICT_ENV_HELP = ("refuse (exit 2) instead of only warning when the two sides differ in "
+                   "GPU model (of one arch: by default its timing rows are not compared), "
                    "torch, CUDA, driver or optimum-quanto version, max SM clock or power limit")
 
 #: How environment warnings start among a ``GateResult``'s notes and on the terminal;
@@ -211,11 +218,27 @@ def measured_settings(settings: Mapping | None, extra: Mapping | None = None) ->
     return out
 
 
+def timing_problem(base_env: Environment, cur_env: Environment, *, what: str = "baseline",
+                   current: str = "this run") -> str | None:
+    """Why the two sides' timings cannot be compared though the runs can (another GPU model
+    of the same arch), or None. CPU runs on other processors are not concerned: their
+    timings are information anyway."""
+    on_cpu = "cpu" in (base_env.arch, cur_env.arch)   # CPU runs gate accuracy, not speed
+    if (base_env.gpu_name and cur_env.gpu_name and not on_cpu
+            and _norm(base_env.gpu_name) != _norm(cur_env.gpu_name)):
+        return (f"GPU model differs: {what} {base_env.gpu_name!r}, "
+                f"{current} {cur_env.gpu_name!r}")
+    return None
+
+
 def environment_problems(
     base_env: Environment, cur_env: Environment, base_settings: Mapping | None = None,
     cur_settings: Mapping | None = None, *, what: str = "baseline", current: str = "this run",
+    gpu_model_refuses: bool = True,
 ) -> tuple[str | None, list[str]]:
-    """(why the comparison is refused or None, the warnings); see ``check_environment``."""
+    """(why the comparison is refused or None, the warnings); see ``check_environment``.
+    ``gpu_model_refuses=False``: another GPU model is not a refusal (``timing_problem``
+    says it; ``check_gate_environment``)."""
     if base_env.is_empty:
         return (f"the {what} records no environment metadata (no arch, no GPU name); "
                 "re-record it", [])
@@ -224,11 +247,9 @@ def environment_problems(
                 "re-record it", [])
     if base_env.arch and cur_env.arch and base_env.arch != cur_env.arch:
         return f"arch differs: {what} {base_env.arch}, {current} {cur_env.arch}", []
-    on_cpu = "cpu" in (base_env.arch, cur_env.arch)   # CPU runs gate accuracy, not speed
-    if (base_env.gpu_name and cur_env.gpu_name and not on_cpu
-            and _norm(base_env.gpu_name) != _norm(cur_env.gpu_name)):
-        return (f"GPU model differs: {what} {base_env.gpu_name!r}, "
-                f"{current} {cur_env.gpu_name!r}", [])
+    model = timing_problem(base_env, cur_env, what=what, current=current)
+    if model and gpu_model_refuses:
+        return model, []
     base_settings, cur_settings = base_settings or {}, cur_settings or {}
     for key in MEASURED_SETTINGS:
         b, c = base_settings.get(key), cur_settings.get(key)
@@ -248,7 +269,9 @@ def check_environment(
     cur_settings: Mapping | None = None, *, strict: bool = False, what: str = "baseline",
     current: str = "this run",
 ) -> list[str]:
-    """Apply the environment policy to one comparison; return its warnings (one line each).
+    """Apply the environment policy to a comparison of timings alone (A/A calibration, a
+    baseline's diff); return its warnings (one line each). Gates use
+    ``check_gate_environment``, which lets another GPU model through for accuracy.
 
     Raises ``IncompatibleBaselineError`` (one line naming the field and both values) for
     another arch, another GPU model, a differing setting of ``MEASURED_SETTINGS`` or a
@@ -267,6 +290,53 @@ def check_environment(
         raise IncompatibleBaselineError(f"refusing to compare against this {what} (--strict-env): "
                                         + "; ".join(warnings))
     return warnings
+
+
+#: What a gate does when the GPU models differ (appended to ``timing_problem``'s warning).
+TIMING_CONSEQUENCE = ("; timings are not compared (timing rows TIMING_NOT_COMPARABLE, never "
+                      "SLOWER or FASTER), accuracy, NaN, dispatch and determinism verdicts hold")
+
+
+@dataclass(frozen=True)
+class EnvCheck:
+    """What the policy allows a gate: its warnings (one line each, for the terminal and the
+    report header) and whether timing verdicts may be called (``timing_reason`` None)."""
+
+    warnings: tuple[str, ...] = ()
+    timing_reason: str | None = None
+
+    @property
+    def timing_comparable(self) -> bool:
+        return self.timing_reason is None
+
+
+def check_gate_environment(
+    base_env: Environment, cur_env: Environment, base_settings: Mapping | None = None,
+    cur_settings: Mapping | None = None, *, strict: bool = False, what: str = "baseline",
+    current: str = "this run",
+) -> EnvCheck:
+    """The policy for a gate, which judges accuracy and timing (see the module docstring).
+
+    As ``check_environment``, except that another GPU model of the same arch is allowed:
+    the result's ``timing_reason`` says why timing verdicts cannot be called (pass it to
+    ``reports.gate.evaluate``) and its first warning says so; ``strict`` refuses it like
+    any warning. Another arch, a differing measured setting or a side without metadata
+    raise ``IncompatibleBaselineError``.
+    """
+    reason, warnings = environment_problems(base_env, cur_env, base_settings, cur_settings,
+                                            what=what, current=current, gpu_model_refuses=False)
+    if reason:
+        raise IncompatibleBaselineError(f"refusing to compare against this {what}: {reason}")
+    timing = timing_problem(base_env, cur_env, what=what, current=current)
+    if timing:
+        if strict:
+            warnings = [timing, *warnings]
+        else:
+            warnings = [timing + TIMING_CONSEQUENCE, *warnings]
+    if strict and warnings:
+        raise IncompatibleBaselineError(f"refusing to compare against this {what} (--strict-env): "
+                                        + "; ".join(warnings))
+    return EnvCheck(tuple(warnings), timing)
 
 
 def incompatibility(baseline: Environment, current: Environment) -> str | None:

@@ -67,17 +67,20 @@ def test_compare_of_revisions_without_git(tmp_path, capsys, monkeypatch):
 
 def test_a_build_directory_that_cannot_be_created(tmp_path, monkeypatch):
     """HARNESS_BUILD_DIR under a file: the extension build stops with one line naming the
-    directory and the variable (the toolchain check, GPU-only, is stubbed on this CPU)."""
-    import torch
-
+    directory and the variable (the toolchain and GPU checks, CUDA-only, are stubbed on
+    this CPU, and so is the compiler check: this machine may have no nvcc)."""
+    from harness.archs import KNOWN_ARCHS
     from harness.errors import HarnessError
     from harness.kernels import build
+    from harness.kernels.build_plan import Toolchain
 
     blocker = tmp_path / "cache"
     blocker.write_text("not a directory\n")
     monkeypatch.setenv("HARNESS_BUILD_DIR", str(blocker / "int4"))
-    monkeypatch.setattr(build, "_check_toolchain", lambda: (torch, "90", "13.0"))
-    monkeypatch.setattr(build, "_nvcc_version", lambda: "13.0")
+    monkeypatch.setattr(build, "toolchain", lambda: Toolchain("2.11.0+cu130", "13.0", ".so"))
+    monkeypatch.setattr(build, "visible_arch", lambda: KNOWN_ARCHS["sm90"])
+    monkeypatch.setattr(build, "compiler_missing", lambda: None)
+    monkeypatch.setattr(build, "_nvcc_lacks", lambda arch: None)
     with pytest.raises(build.BuildError) as exc:
         build._build()
     msg = str(exc.value)

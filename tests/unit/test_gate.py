@@ -98,7 +98,8 @@ def test_every_verdict_is_reachable(base):
     assert got[(m1, "native_int4", "graph")].verdict == Verdict.MISSING
     assert got[new.key].verdict == Verdict.NEW
     assert got[(m64, "marlin_asym", "graph")].verdict == Verdict.SAME
-    assert {v.verdict for v in result.verdicts} == set(Verdict)
+    # TIMING_NOT_COMPARABLE needs two GPU models: tests/unit/test_cross_model_gate.py
+    assert {v.verdict for v in result.verdicts} == set(Verdict) - {Verdict.TIMING_NOT_COMPARABLE}
     # LOST_DISPATCH sits on the Marlin row only, not on every path of the case
     assert got[(m16, "fp16_cache", "graph")].verdict == Verdict.FASTER
     assert "marlin rc=2" in got[(m16, "marlin_asym", "graph")].reason

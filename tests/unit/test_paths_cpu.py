@@ -217,13 +217,15 @@ def test_sources_and_quanto_lookup():
 
 
 def test_digest_changes_with_any_input(tmp_path):
+    from harness.kernels.build_plan import digest
+
     a = tmp_path / "a.cu"
     a.write_text("x")
-    d1 = build._digest([a], ["sm_90"])
-    assert d1 == build._digest([a], ["sm_90"])
-    assert d1 != build._digest([a], ["sm_89"])
+    d1 = digest([a], ["sm_90"])
+    assert d1 == digest([a], ["sm_90"])
+    assert d1 != digest([a], ["sm_89"])
     a.write_text("y")
-    assert d1 != build._digest([a], ["sm_90"])
+    assert d1 != digest([a], ["sm_90"])
 
 
 def test_build_root_honours_env(monkeypatch, tmp_path):

@@ -329,8 +329,13 @@ def test_compare_stored_results_and_refusal(tmp_path):
                   repo=tmp_path)
     assert {v.verdict for v in out.result.verdicts if v.path == "fp16_cache"} == {Verdict.FASTER}
     assert out.result.exit_code == 0
+    # another GPU model of the arch: judged on accuracy, timing rows not compared
+    other = compare(str(tmp_path / "a"), str(tmp_path / "c"), S, work_dir=tmp_path / "o",
+                    repo=tmp_path, echo=lambda s: None)
+    assert {v.verdict for v in other.result.verdicts} == {Verdict.TIMING_NOT_COMPARABLE}
     with pytest.raises(ValueError, match="RTX 4090"):
-        compare(str(tmp_path / "a"), str(tmp_path / "c"), S, work_dir=tmp_path / "o", repo=tmp_path)
+        compare(str(tmp_path / "a"), str(tmp_path / "c"), S, work_dir=tmp_path / "o", repo=tmp_path,
+                strict_env=True)
     with pytest.raises(CompareError, match="neither a result path nor a git revision"):
         compare(str(tmp_path / "a"), "no-such-rev", S, work_dir=tmp_path / "o", repo=tmp_path)
 
