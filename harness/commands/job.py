@@ -28,7 +28,6 @@ from rich.table import Table
 
 from ..errors import (
     EXIT_ERROR,
-    EXIT_FAIL,
     EXIT_NO_BASELINE,
     EXIT_PASS,
     EXIT_WRONG_RUNNER,
@@ -36,6 +35,7 @@ from ..errors import (
     one_line,
     worst_exit,
 )
+from ..reports.gate_record import stored_exit_code
 from ..results.store import read_meta, read_rows
 from . import bench, ppl
 from .common import plain
@@ -122,11 +122,8 @@ def _wrong_runner(expected: str | None) -> str | None:
 
 
 def _code_from_record(gate: dict) -> int:
-    """A gated matrix's exit code from its stored gate record (see ``harness.errors``): the
-    gate's own exit code (a failing row: 1), and 3 where there was no baseline."""
-    if gate.get("exit_code", 0):
-        return EXIT_FAIL
-    return EXIT_PASS if gate.get("has_baseline", True) else EXIT_NO_BASELINE
+    """A gated matrix's exit code from its stored gate record (``gate_record.stored_exit_code``)."""
+    return stored_exit_code(gate)
 
 
 def _reason(code: int, failing: dict, stored: bool) -> str:

@@ -5,22 +5,31 @@ policy first: ``results.environment``), replaying the confirmation re-measuremen
 bench stored, so the verdicts are the ones the bench printed; the command says whether
 they agree with the verdicts stored in the run. Exit 0 when nothing regressed (always
 without ``--baseline``), 1 on a failing verdict, 2 on bad input or a refused comparison.
-Torch-free: reports render on any machine.
+Torch-free: reports render on any machine. ``gate_stored`` is the gating step, shared with
+``harness merge`` (several runs in one report).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
+from ..config import Settings
 from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import agreement
 from ..reports.markdown import text_table
 from ..reports.render import write_reports
+from ..reports.verdicts import GateResult
 from ..results.baseline import baseline_dir, check_baseline_gate, load_baseline, run_settings
-from ..results.environment import STRICT_ENV_HELP, warning_lines, with_env_warnings
-from ..results.store import load_run
+from ..results.environment import (
+    STRICT_ENV_HELP,
+    Environment,
+    warning_lines,
+    with_env_warnings,
+)
+from ..results.store import Run, load_run
 from .common import add_settings_args, plain, stored_settings
 
 
@@ -43,36 +52,67 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+@dataclass(frozen=True)
+class StoredGate:
+    """A stored run gated the way ``harness report`` gates it."""
+
+    result: GateResult
+    baseline_env: Environment | None
+    #: matrices of the run with no baseline (only with ``missing_ok``): their rows are NEW
+    no_baseline: tuple[str, ...] = ()
+
+
+def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: str | None = None,
+                partial: bool = False, strict_env: bool = False, missing_ok: bool = False,
+                command: str = "harness report") -> StoredGate:
+    """Gate a stored run against ``<baseline>/<arch>/`` (the run's arch by default), the
+    environment policy first, replaying the confirmation rows its bench stored; without
+    ``baseline`` every row is NEW. Environment warnings go to stderr (prefixed with
+    ``command``) and lead the result's notes. A matrix without a baseline raises
+    ``BaselineNotFoundError``, or with ``missing_ok`` is gated against nothing (NEW rows)
+    and named in ``StoredGate.no_baseline``."""
+    base_rows, margins, base_env, base_label, env_warnings = [], {}, None, "baseline", []
+    timing_reason = None
+    absent: list[str] = []
+    if baseline:
+        arch = arch or stored.environment.arch
+        if not arch:
+            raise ValueError(f"{stored.source}: the run does not record its arch; pass --arch")
+        bdir = baseline_dir(baseline, arch)
+        matrices = stored.matrices
+        if missing_ok:
+            absent = [m for m in matrices if not (bdir / f"{m}.csv").is_file()]
+            matrices = [m for m in matrices if m not in absent]
+        if matrices:
+            base = load_baseline(bdir, matrices)
+            check = check_baseline_gate(base, stored.environment,
+                                        lambda m: run_settings(stored, m), strict=strict_env)
+            env_warnings, timing_reason = list(check.warnings), check.timing_reason
+            for line in warning_lines(command, env_warnings):
+                print(line, file=sys.stderr)
+            base_rows, margins = list(base.rows), base.margins
+            base_env, base_label = base.environment, base.label
+    # the bench's confirmation re-measurements, stored with the run, are replayed: the
+    # same rows, baseline and settings give the verdicts the bench printed
+    result = evaluate(list(stored.rows), base_rows, settings, margins=margins, partial=partial,
+                      remeasure=stored_remeasure(stored.confirmations),
+                      current_label=stored.label, baseline_label=base_label,
+                      timing_reason=timing_reason)
+    return StoredGate(with_env_warnings(result, env_warnings), base_env, tuple(absent))
+
+
 def run(args: argparse.Namespace) -> int:
     stored = load_run(args.run)
     settings = stored_settings(args, stored)
     if not stored.rows:
         raise ValueError(f"{args.run}: the run has no rows")
-    base_rows, margins, base_env, base_label, env_warnings = [], {}, None, "baseline", ()
-    timing_reason = None
-    if args.baseline:
-        arch = args.arch or stored.environment.arch
-        if not arch:
-            raise ValueError(f"{args.run}: the run does not record its arch; pass --arch")
-        base = load_baseline(baseline_dir(args.baseline, arch), stored.matrices)
-        check = check_baseline_gate(base, stored.environment,
-                                    lambda m: run_settings(stored, m), strict=args.strict_env)
-        env_warnings, timing_reason = check.warnings, check.timing_reason
-        for line in warning_lines("harness report", env_warnings):
-            print(line, file=sys.stderr)
-        base_rows, margins = list(base.rows), base.margins
-        base_env, base_label = base.environment, base.label
-    # the bench's confirmation re-measurements, stored with the run, are replayed: the
-    # same rows, baseline and settings give the verdicts the bench printed
-    result = evaluate(list(stored.rows), base_rows, settings, margins=margins, partial=args.partial,
-                      remeasure=stored_remeasure(stored.confirmations),
-                      current_label=stored.label, baseline_label=base_label,
-                      timing_reason=timing_reason)
-    result = with_env_warnings(result, env_warnings)
+    gated = gate_stored(stored, settings, baseline=args.baseline, arch=args.arch,
+                        partial=args.partial, strict_env=args.strict_env)
+    result = gated.result
     src = Path(args.run)
     out = Path(args.out) if args.out else (src if src.is_dir() else src.parent) / "report"
     files = write_reports(result, out, "report", rows=list(stored.rows),
-                          current_env=stored.environment, baseline_env=base_env)
+                          current_env=stored.environment, baseline_env=gated.baseline_env)
     print(text_table(result, changes_only=True))
     same = agreement(result, stored.metas) if args.baseline else None
     if same:

@@ -80,6 +80,19 @@ def dispatched_marlin(row: ResultRow) -> bool:
 HOST_PACED_MODES = ("cold", "cpu", "model")
 
 
+def _speed_is_information(verdict: Verdict, mode: str, settings: Settings) -> bool:
+    """A SLOWER in a host-paced mode (``HOST_PACED_MODES``) without ``gate_eager_speed``."""
+    return (verdict == Verdict.SLOWER and mode in HOST_PACED_MODES
+            and not settings.gate_eager_speed)
+
+
+def row_fails(verdict: Verdict, role: str, mode: str, settings: Settings) -> bool:
+    """Whether a row with ``verdict`` fails the gate: a ``FAILING`` verdict on a path's row
+    (never a peer's), except a SLOWER whose speed is information (``HOST_PACED_MODES``)."""
+    return (verdict in FAILING and role != "peer"
+            and not _speed_is_information(verdict, mode, settings))
+
+
 def _accuracy_problems(cur: ResultRow, base: ResultRow | None, s: Settings) -> list[str]:
     """WORSE_ACCURACY reasons: absolute accuracy (and PPL drift against the baseline)."""
     out = []
@@ -236,9 +249,8 @@ def judge_row(
     found.sort(key=lambda vr: RANK[vr[0]])
     verdict = found[0][0]
     role = ref.role
-    eager_speed_only = (verdict == Verdict.SLOWER and ref.mode in HOST_PACED_MODES
-                        and not settings.gate_eager_speed)
-    fails = verdict in FAILING and role != "peer" and not eager_speed_only
+    eager_speed_only = _speed_is_information(verdict, ref.mode, settings)
+    fails = row_fails(verdict, role, ref.mode, settings)
     reasons = tuple(r for _, r in found) + tuple(notes)
     if verdict in FAILING and role == "peer":
         reasons += ("peer row: informational, does not fail the gate",)

@@ -5,7 +5,9 @@ measured again to confirm a SLOWER or settle an AMBIGUOUS) in ``confirm/<matrix>
 and, under the key ``gate`` of ``<matrix>.json``: the baseline it was gated against, the
 exit code, every row's verdict and, per confirmation, the first and final verdicts with
 their changes. ``harness report`` and ``harness compare`` replay the stored rows
-(``gate.stored_remeasure``) and ``agreement`` checks their verdicts against this record.
+(``gate.stored_remeasure``) and ``agreement`` checks their verdicts against this record;
+``stored_exit_code`` (``harness job``) and ``stored_result`` (``harness merge`` without a
+baseline) read the record itself.
 """
 
 from __future__ import annotations
@@ -15,8 +17,11 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from ..results.store import confirm_path, read_meta, write_meta, write_rows
-from .verdicts import GateResult, verdict_map
+from ..config import Settings
+from ..errors import EXIT_FAIL, EXIT_NO_BASELINE, EXIT_PASS, worst_exit
+from ..results.store import Run, confirm_path, read_meta, write_meta, write_rows
+from .gate import row_fails
+from .verdicts import GateResult, RowVerdict, Verdict, verdict_map
 
 
 def _finite(x: float) -> float | None:
@@ -70,3 +75,49 @@ def agreement(result: GateResult, metas) -> str | None:
     return (f"verdicts differ from the bench's stored gate on {len(differ)} of {len(common)} rows "
             f"(first: {first}: stored {stored[first]}, now {now[first]}; another baseline, "
             "preset or setting?)")
+
+
+def stored_exit_code(gate: dict) -> int:
+    """A gated matrix's exit code from its stored gate record (see ``harness.errors``): the
+    gate's own exit code (a failing row: 1), and 3 where there was no baseline."""
+    if gate.get("exit_code", 0):
+        return EXIT_FAIL
+    return EXIT_PASS if gate.get("has_baseline", True) else EXIT_NO_BASELINE
+
+
+def stored_result(run: Run, settings: Settings) -> tuple[GateResult, int]:
+    """The verdicts a bench stored with ``run`` as a ``GateResult``, and the run's exit code
+    from the records (the worst matrix's ``stored_exit_code``; 3 where a matrix stored no
+    gate record: nothing was judged).
+
+    Each row gets its stored verdict (NEW where its matrix stored none); whether it fails
+    is ``gate.row_fails`` under ``settings``. Stored verdicts of rows absent from the run
+    (MISSING) cannot be shown row by row: a note counts them."""
+    gates = {m: (meta.extra.get("gate") or {}) for m, meta in run.metas.items()}
+    stored = stored_verdicts(run.metas)
+    verdicts, seen = [], set()
+    for row in run.rows:
+        key = f"{row.matrix}|{row.case_id}|{row.path}|{row.mode}"
+        gate = gates.get(row.matrix) or {}
+        verdict = Verdict(stored[key]) if key in stored else Verdict.NEW
+        seen.add(key)
+        why = (f"stored gate record ({gate.get('baseline') or 'no baseline'})" if key in stored
+               else "no stored verdict for this row")
+        verdicts.append(RowVerdict(
+            matrix=row.matrix, case_id=row.case_id, path=row.path, mode=row.mode,
+            role=row.role, verdict=verdict, reasons=(why,),
+            fails=row_fails(verdict, row.role, row.mode, settings), current=row, baseline=None,
+            cur_median_us=row.time_us_median, nondeterministic=row.distinct_outputs > 1))
+    notes = [n for g in gates.values() for n in g.get("notes", [])]
+    absent = sorted(set(stored) - seen)
+    if absent:
+        notes.append(f"{len(absent)} stored verdicts name rows absent from the run "
+                     f"(first: {absent[0]}: {stored[absent[0]]})")
+    codes = [stored_exit_code(gates[m]) if gates.get(m) else EXIT_NO_BASELINE
+             for m in run.matrices]
+    labels = sorted({str(g.get("baseline")) for g in gates.values() if g.get("baseline")})
+    result = GateResult(tuple(verdicts), settings, current_label=run.label,
+                        baseline_label=", ".join(labels) or "baseline",
+                        has_baseline=any(g.get("has_baseline") for g in gates.values()),
+                        notes=tuple(notes))
+    return result, worst_exit(codes)

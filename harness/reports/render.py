@@ -48,8 +48,14 @@ def write_reports(
     summary = markdown_summary(result, title=title, rule=rule, report_path=str(html_path),
                                current_env=current_env, baseline_env=baseline_env)
     md_path = atomic_write_text(out / f"{stem}.md", summary)
+    append_step_summary(summary)
+    return ReportFiles(csv_path, html_path, md_path, summary)
+
+
+def append_step_summary(summary: str) -> None:
+    """Append a Markdown summary to ``$GITHUB_STEP_SUMMARY`` when it is set (GitHub
+    Actions sets it: the job's summary page shows the file)."""
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as fh:
             fh.write(summary + "\n")
-    return ReportFiles(csv_path, html_path, md_path, summary)

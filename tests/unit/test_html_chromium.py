@@ -1,6 +1,7 @@
 """Open the HTML report in headless Chromium: the regression summary, the tables and the
 SVG plots must be in the rendered DOM, and a screenshot is kept as a test artifact
-(``artifacts/html_report.png``, git-ignored). Skipped, with the reason, without Chromium."""
+(``artifacts/html_report.png``, git-ignored); the same for the fleet page of ``harness
+merge`` (``artifacts/fleet_report.png``). Skipped, with the reason, without Chromium."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fleet_runs import ENVS, write_fleet
 
+from harness.cli import main
 from harness.config import load_settings
 from harness.reports.gate import evaluate
 from harness.reports.render import write_reports
@@ -113,3 +116,48 @@ def test_cpu_report_shows_stand_in_labels_and_the_glossary_link(tmp_path):
         assert verdict in glossary
     md = files.markdown.read_text()
     assert "CPU stand-in" in md and "Verdicts explained" in md
+
+
+def test_fleet_page_renders_in_headless_chromium(tmp_path):
+    """`harness merge`'s index.html in Chromium: the fleet's exit code, one section per arch,
+    the machines, the summary table and the winners side by side in the rendered DOM, and
+    a screenshot (``artifacts/fleet_report.png``) that is not blank."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("Chromium not installed (/usr/bin/chromium or chromium on PATH); "
+                    "install it with `apt-get install -y chromium`")
+    write_fleet(tmp_path)
+    out = tmp_path / "merged"
+    assert main(["merge", str(tmp_path / "fleet"), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(out)]) == 1
+    url = (out / "index.html").resolve().as_uri()
+    dom = _run(browser, tmp_path / "profile-dom", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = dom.stdout
+    status = re.search(r'<div class="banner fail" id="fleet-status">([^<]*)</div>', text)
+    assert status and status.group(1).startswith("exit 1 (a failing verdict)")
+    sections = re.findall(r'<section class="arch" id="arch-([^"]+)">', text)
+    assert sections == ["cpu", "sm89", "sm90"]
+    machines = text[text.index('id="machines"'):text.index('id="summary"')]
+    for env in ENVS.values():
+        assert env.host in machines and env.driver in machines
+    assert ENVS["sm89"].gpu_uuid in machines and ENVS["sm90"].gpu_name in machines
+    summary = text[text.index('id="summary"'):text.index('id="winners"')]
+    assert "marlin_asym" in summary and "SLOWER" in summary and "failing" in summary
+    winners = text[text.index('id="winners"'):text.index('id="arch-cpu"')]
+    assert "sm89 @ lab-a" in winners and "sm90 @ lab-b" in winners
+    assert "fp16_cache" in winners and "native_int4" in winners
+    sm89 = text[text.index('id="arch-sm89"'):text.index('id="arch-sm90"')]
+    assert sm89.count(">SLOWER<") >= 6                  # the failing rows of that run
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "fleet_report.png"
+    if shot.exists():
+        shot.unlink()
+    run = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}",
+               "--window-size=1400,3000", "--hide-scrollbars", url)
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == (1400, 3000)
+    assert len(data) > 50_000  # a blank page compresses to a few KB
