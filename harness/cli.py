@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import baseline, bench, cases, compare, job, ppl, report, study
+from .commands import baseline, bench, bisect, cases, compare, history, job, ppl, report, study
 from .errors import EXPECTED_ERRORS, one_line
 
 #: The command modules, in the order ``harness --help`` lists them. A new command = one
 #: module with ``register(sub)`` and ``run(args)``, and one entry here.
-COMMANDS = (cases, bench, job, ppl, report, compare, baseline, study)
+COMMANDS = (cases, bench, job, ppl, report, compare, history, bisect, baseline, study)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -20,18 +20,20 @@ the jitter, a planted slowdown shows as exactly that. Used by ``fake_timer_plugi
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
 from harness.kernels.base import PATHS, GemmPath, PathRegistry
 from harness.kernels.registry_load import load_all
-from harness.measure.timers import CpuBatchTimer, register_timer
+from harness.measure.timers import TIMERS, CpuBatchTimer, register_timer
 
 from . import clock
 from .paths import WrappedPath
 
-LAUNCH_SECONDS = 5e-6         # per call
-SECONDS_PER_MAC = 1e-11       # 100 GMAC/s
+LAUNCH_SECONDS = 20e-6        # per call
+SECONDS_PER_MAC = 2e-10       # 5 GMAC/s: long virtual calls, few of them per batch (fast)
 JITTER = 0.004                # relative sd of one call's virtual time
 
 
@@ -72,7 +74,8 @@ def _wrap_innermost(path: GemmPath, virtual: clock.VirtualClock) -> GemmPath:
 
 
 def install(registry: PathRegistry | None = None) -> clock.VirtualClock:
-    """Virtual time for this process (see the module docstring); returns the clock."""
+    """Virtual time for this process (see the module docstring); returns the clock. For
+    good: a plugin's process ends with it (``virtual_time`` undoes it, for a test)."""
     reg = registry if registry is not None else PATHS
     if reg is PATHS:
         load_all()
@@ -87,3 +90,25 @@ def install(registry: PathRegistry | None = None) -> clock.VirtualClock:
 
     register_timer("cpu", virtual_cpu_timer)
     return virtual
+
+
+@contextmanager
+def virtual_time(registry: PathRegistry) -> Iterator[clock.VirtualClock]:
+    """``install`` on ``registry`` (a test's own) for a with-block; the product's ``cpu``
+    timer, the planted paths' clock and the registry's paths are put back after."""
+    paths = {n: registry.get(n) for n in registry.names()}
+    inners = []                                   # (wrapper, its inner) down every chain
+    for path in paths.values():
+        while isinstance(path, WrappedPath):
+            inners.append((path, path.inner))
+            path = path.inner
+    previous_clock, previous_timer = clock.current(), TIMERS["cpu"]
+    try:
+        yield install(registry)
+    finally:
+        register_timer("cpu", previous_timer)
+        clock.use(previous_clock)
+        for wrapper, inner in inners:
+            wrapper.inner = inner
+        for name, path in paths.items():
+            registry.replace(name, path)
