@@ -155,6 +155,7 @@ def _summary(outcome: Outcome) -> dict:
 def bisect(good: str, bad: str, args: argparse.Namespace, *, work_dir: Path,
            runner: BenchRunner = subprocess_runner, echo=print) -> Outcome:
     """Resolve the range and search it (see the module docstring)."""
+    wanted = look_for(args.look_for)
     repo = Path(args.repo).resolve()
     g, b = resolve_revision(repo, good), resolve_revision(repo, bad)
     if not is_ancestor(repo, g, b) or g == b:
@@ -171,7 +172,7 @@ def bisect(good: str, bad: str, args: argparse.Namespace, *, work_dir: Path,
         engine = Bisector(repo, settings_from_args(args), work_dir=work_dir, pool=pool,
                           matrix=args.matrix, filter=args.filter, paths=csv_list(args.paths),
                           modes=csv_list(args.mode), plugins=args.plugin,
-                          remeasure_max=max(0, args.remeasure), look_for=look_for(args.look_for),
+                          remeasure_max=max(0, args.remeasure), look_for=wanted,
                           margins=margins_from(Path(args.baselines), echo), runner=runner,
                           echo=echo)
         return engine.search(good_commit, candidates,

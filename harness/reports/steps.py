@@ -36,7 +36,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import ruptures
 
 from ..config import Settings
 from .gate import judge_row
@@ -107,6 +106,8 @@ def change_points(x: Sequence[float], sigma: float) -> list[int]:
     x = np.asarray(x, dtype=float)
     if len(x) < 2 or not sigma > 0:
         return []
+    import ruptures  # heavy: it loads scipy.stats/signal (~1 s); only `harness history` needs it
+
     pen = PENALTY * sigma ** 2 * max(1.0, math.log(len(x)))
     algo = ruptures.Pelt(model="l2", min_size=1, jump=1).fit(x.reshape(-1, 1))
     return [int(b) for b in algo.predict(pen=pen)[:-1]]

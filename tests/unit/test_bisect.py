@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 
+from harness.cli import main
 from harness.commands.bisect import bisect, report
 from harness.commands.revisions import BenchRequest
 from harness.errors import CompareError
@@ -178,3 +179,14 @@ def test_good_must_come_before_bad(tmp_path):
     with pytest.raises(CompareError, match="not an ancestor"):
         bisect("HEAD", "HEAD~3", args_for(repo, tmp_path), work_dir=tmp_path / "w",
                runner=FakeBench(), echo=lambda s: None)
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    repo = make_repo(tmp_path, 4)
+    assert main(["bisect", "no-such-rev", "HEAD", "--repo", str(repo),
+                 "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "neither a result path nor a git revision" in err
+    assert main(["bisect", "HEAD~1", "HEAD", "--repo", str(repo), "--look-for", "x",
+                 "--out", str(tmp_path / "o")]) == 2
+    assert "--look-for 'x': choose from speed, accuracy, errors" in capsys.readouterr().err

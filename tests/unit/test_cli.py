@@ -20,13 +20,14 @@ ENV = Environment(arch="sm90", gpu_name="NVIDIA H200", compute_capability="9.0")
 
 def test_every_command_module_registers_and_runs():
     names = set(cli.build_parser()._subparsers._group_actions[0].choices)
-    assert names == {"cases", "bench", "job", "ppl", "report", "compare", "baseline", "study"}
+    assert names == {"cases", "bench", "job", "ppl", "report", "compare", "history", "bisect",
+                     "baseline", "study"}
     for module in cli.COMMANDS:
         assert callable(module.register) and callable(module.run), module.__name__
 
 
 @pytest.mark.parametrize("command", ["cases", "bench", "job", "ppl", "report", "compare",
-                                     "baseline", "study"])
+                                     "history", "bisect", "baseline", "study"])
 def test_help_of_each_command(command, capsys):
     with pytest.raises(SystemExit) as info:
         cli.main([command, "--help"])
