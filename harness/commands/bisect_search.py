@@ -16,7 +16,9 @@ gate) has a final verdict in ``look_for``. Every mode counts, so the gate is run
 ``gate_eager_speed = 1``: a SLOWER row of an eager or CPU mode is confirmed by a
 re-measurement like a graph row before it counts. A commit whose bench fails
 is skipped (the nearest other commit of the range is tried); if skips leave no single
-answer, the outcome names the commits the first bad one is among.
+answer, the outcome names the commits the first bad one is among. A commit the
+environment policy will not compare with GOOD (e.g. it changed a measured setting in its
+pyproject) is skipped the same way, with the reason.
 
 Extension point: ``runner`` (``revisions.BenchRunner``): tests pass a fake one.
 """
@@ -33,6 +35,7 @@ from ..config import Settings
 from ..errors import CompareError
 from ..reports.comparison import compare_runs
 from ..reports.verdicts import GateResult, RowVerdict, Verdict
+from ..results.environment import IncompatibleBaselineError
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run
 from .revisions import BenchRequest, BenchRunner, Commit, WorktreePool, case_filter
@@ -180,7 +183,9 @@ class Bisector:
                     break
                 base_rows = _replace_rows(base_rows, fresh["base"])
                 cur_rows = _replace_rows(cur_rows, fresh["cur"])
-        except CompareError as exc:
+        except (CompareError, IncompatibleBaselineError) as exc:
+            # a bench that failed, or a commit measured otherwise (its pyproject changed a
+            # measured setting): it cannot be judged against GOOD
             return Visit(position, commit, "skipped", remeasures=count[0],
                          benches=self.benches - before, seconds=time.perf_counter() - t0,
                          problem=str(exc))

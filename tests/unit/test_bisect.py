@@ -16,6 +16,7 @@ import pytest
 from harness.cli import main
 from harness.commands.bisect import bisect, report
 from harness.commands.revisions import BenchRequest
+from harness.config import load_settings
 from harness.errors import CompareError
 from harness.reports.stats import with_samples
 from harness.reports.synthetic import make_rows, resample
@@ -190,3 +191,26 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert main(["bisect", "HEAD~1", "HEAD", "--repo", str(repo), "--look-for", "x",
                  "--out", str(tmp_path / "o")]) == 2
     assert "--look-for 'x': choose from speed, accuracy, errors" in capsys.readouterr().err
+
+
+def test_a_commit_measured_with_other_settings_is_skipped_not_fatal(tmp_path):
+    """A commit whose runs the environment policy refuses to compare with GOOD's (here: a
+    measured setting changed) cannot be judged: skipped with the reason."""
+    repo = make_repo(tmp_path, 4)
+    shas = _shas(repo)
+
+    class OtherSettings(FakeBench):
+        def __call__(self, req):
+            super().__call__(req)
+            settings = load_settings().to_dict()
+            if req.revision == shas[3]:
+                settings["warmup_ms"] = 99.0
+            for meta in req.out_dir.rglob("synthetic.json"):
+                data = json.loads(meta.read_text())
+                meta.write_text(json.dumps({**data, "settings": settings}))
+
+    out = bisect("HEAD~7", "HEAD", args_for(repo, tmp_path), work_dir=tmp_path / "w",
+                 runner=OtherSettings(), echo=lambda s: None)
+    skipped = [v for v in out.visits if v.state == "skipped"]
+    assert [v.commit.sha for v in skipped] == [shas[3]] and "warmup_ms" in skipped[0].problem
+    assert out.first_bad is None and [c.sha for c in out.among] == [shas[3], shas[4]]
