@@ -34,6 +34,11 @@ MAX_MEASURED=${MAX_MEASURED:-4}
 export HARNESS_PLANT_PATH=${HARNESS_PLANT_PATH:-${PATHS%%,*}}
 export PYTHONUNBUFFERED=1
 unset HARNESS_COMMIT
+if ! "$PY" -c "import ruptures" 2>/dev/null; then    # history needs it: fail before measuring
+  echo "FAIL: ruptures is not importable by $PY (harness history needs it): pip install" \
+       "ruptures, or without a registry pip install --no-index --find-links .whl ruptures" >&2
+  exit 1
+fi
 root=$(git rev-parse --show-toplevel)
 if [ -n "${1:-}" ]; then
   mkdir -p "$1" && work=$(cd "$1" && pwd)

@@ -18,7 +18,7 @@ GPU). BAD is taken to be bad, as git bisect does, and measured only when the sea
 on it. A commit whose bench fails is skipped.
 
 Prints each visit, then the first regressed commit with its evidence (rows, ratio to
-GOOD, 95% CIs, p, threshold), and the cost: commits measured, benches, wall time. Writes
+GOOD, 95% CIs, p, threshold), and the cost: commits visited and measured, benches, wall time. Writes
 ``bisect.json`` and, under ``results/``, the first run of each commit measured (a
 results root for ``harness history --results``) to ``--out`` (default
 ``results/bisect/<GOOD>_<BAD>``). A plugin path relative to the repository is read from
@@ -148,6 +148,7 @@ def _summary(outcome: Outcome) -> dict:
             "candidates": [c.sha for c in outcome.candidates],
             "first_bad": outcome.first_bad.commit.sha if outcome.first_bad else None,
             "among": [c.sha for c in outcome.among], "visits": [visit(v) for v in outcome.visits],
+            "commits_visited": outcome.commits_visited,
             "commits_measured": outcome.commits_measured, "benches": outcome.benches,
             "seconds": round(outcome.seconds, 2)}
 
@@ -197,9 +198,11 @@ def report(outcome: Outcome, work_dir: Path, echo=print) -> int:
         echo(f"BAD {outcome.candidates[-1].sha[:12]} is not regressed against GOOD "
              f"{outcome.good.sha[:12]}: no commit to name")
         code = EXIT_FAIL
-    echo(f"cost: {outcome.commits_measured} commits measured (GOOD and "
-         f"{outcome.commits_measured - 1} of {n}), {outcome.benches} benches, "
-         f"{outcome.seconds:.1f} s wall")
+    skipped = outcome.commits_visited - outcome.commits_measured
+    echo(f"cost: {outcome.commits_visited} commits visited, {outcome.commits_measured} "
+         f"measured (GOOD and {outcome.commits_measured - 1} of {n})"
+         + (f", {skipped} skipped" if skipped else "")
+         + f"; {outcome.benches} benches, {outcome.seconds:.1f} s wall")
     path = write_json(work_dir / "bisect.json", _summary(outcome))
     echo(f"wrote {path}; stored runs for harness history --results {work_dir / 'results'}")
     return code

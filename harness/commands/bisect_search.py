@@ -79,7 +79,13 @@ class Outcome:
 
     @property
     def commits_measured(self) -> int:
+        """Distinct commits measured and judged (GOOD included, skipped ones not)."""
         return len({v.commit.sha for v in self.visits if v.state != "skipped"})
+
+    @property
+    def commits_visited(self) -> int:
+        """Distinct commits the search tried, skipped ones included."""
+        return len({v.commit.sha for v in self.visits})
 
 
 def _replace_rows(rows: Sequence[ResultRow], fresh: Sequence[ResultRow]) -> list[ResultRow]:

@@ -157,8 +157,10 @@ def _point(index: int, stored: StoredRun, key: RowKey, rows: Mapping[tuple, Resu
         return Point(index, stored.name, gap=f"matrix {matrix} not in this run")
     row = rows.get(key)
     if row is None:
-        return Point(index, stored.name,
-                     gap="not measured in this run" + _measured_with(stored.run, matrix))
+        how = _measured_with(stored.run, matrix)
+        return Point(index, stored.name, gap=(
+            f"not measured in this run{how}" if how else
+            "absent from this run (its other rows are there: an interrupted or partial run)"))
     if row.status != "ok":
         return Point(index, stored.name, row, gap=f"{row.status}: {row.error or 'no reason'}")
     if not (math.isfinite(row.time_us_median) and row.time_us_median > 0):

@@ -113,7 +113,8 @@ def test_bisect_names_the_planted_commit_in_at_most_four_measured_commits(tmp_pa
     text = "\n".join(lines)
     assert f"first regressed commit: {shas[k]} c{k}" in text
     assert "x1.05" in text and "95% CI" in text and "confirmed by re-measurement" in text
-    assert f"cost: {out.commits_measured} commits measured" in text
+    assert (f"cost: {out.commits_visited} commits visited, {out.commits_measured} measured "
+            f"(GOOD and {out.commits_measured - 1} of 7); {out.benches} benches") in text
     summary = json.loads((tmp_path / "w" / "bisect.json").read_text())
     assert summary["first_bad"] == shas[k] and summary["benches"] == out.benches
 

@@ -47,7 +47,8 @@ def _store(root: Path, sha: str, rows, label: str = "sm90", extra=None, dirty=Fa
 @pytest.fixture()
 def results(tmp_path):
     """8 commits: a 5% fp16_cache slowdown from commit 5, commit 2 not measured, commit 3
-    filtered (M != 1), commit 4 less accurate on marlin_asym, an error at commit 6, two
+    filtered (M != 1), commit 4 less accurate on marlin_asym, an error and rows missing
+    (an interrupted run) at commit 6, two
     runs at commit 7 (a --repeat), a run of a commit off the line, a broken run."""
     root = tmp_path / "results"
     for i, sha in enumerate(SHAS):
@@ -61,7 +62,8 @@ def results(tmp_path):
                     for r in rows]
         if i == 6:
             rows = [replace(r, status="error", error="CUDA out of memory", time_us_median=math.nan)
-                    if (r.M, r.path) == (64, "fp16_cache") else r for r in rows]
+                    if (r.M, r.path) == (64, "fp16_cache") else r for r in rows
+                    if (r.M, r.path) != (16, "marlin_asym")]          # and an interrupted run
         _store(root, sha, rows, extra={"filter": "M != 1"} if i == 3 else None)
         if i == 7:
             _store(root, sha, resample(rows, 999, factor={"fp16_cache": 1.05}), "sm90.rep2")
@@ -92,6 +94,9 @@ def test_history_places_runs_and_names_every_gap(results):
     assert gaps[3] == "not measured in this run (filter 'M != 1')"
     err = next(x for x in h.series if x.path == "fp16_cache" and x.case_id.startswith("M64-"))
     assert [p.gap for p in err.points if p.index == 6] == ["error: CUDA out of memory"]
+    cut = next(x for x in h.series if x.path == "marlin_asym" and x.case_id.startswith("M16-"))
+    assert [p.gap for p in cut.points if p.index == 6] == [
+        "absent from this run (its other rows are there: an interrupted or partial run)"]
     # gaps are values of nothing, never zeros; commit 7 shows both of its runs
     assert all(math.isnan(p.value("time_us")) for p in s.points if p.gap)
     assert [p.run for p in s.points if p.index == 7] == ["sm90", "sm90.rep2"]
