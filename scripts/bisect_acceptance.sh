@@ -88,7 +88,7 @@ args=(--matrix "$MATRIX")
 [ -n "$MODE" ] && args+=(--mode "$MODE")
 plugins=(--plugin bisect_plant.py)
 for p in ${PLUGINS:-}; do plugins+=(--plugin "$p"); done
-harness() { (cd "$1" && shift && PYTHONPATH="$PWD" "$PY" -m harness "$@"); }
+harness() { (cd "$1" && shift && PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" "$PY" -m harness "$@"); }
 
 # 2. bisect ------------------------------------------------------------------------------
 t1=$(date +%s)

@@ -23,6 +23,7 @@ from .history import History
 from .history_plots import group_plot
 from .html_report import CSS, VERDICT_COLOURS
 from .steps import MARGIN_SIGMAS, PENALTY, WINDOW, Step, steps_frame
+from .verdicts import STAND_IN_NOTE
 
 _ESC = html.escape
 
@@ -115,6 +116,8 @@ def render_history_html(history: History, steps: Sequence[Step], settings: Setti
         "rms-ULP tolerance; WORSE_ACCURACY where it starts).",
         *(_ESC(n) for n in notes),
     ]
+    if history.arch == "cpu":
+        meta.append(f'<span id="stand-in-note">{_ESC(STAND_IN_NOTE)}</span>')
     off = "".join(f"<li><code>{_ESC(str(r.path))}</code></li>" for r in history.off_line)
     off_html = (f"<p>Runs whose commit is not on this line (another branch, or a name "
                 f"that is not a commit):</p><ul>{off}</ul>" if off else

@@ -63,3 +63,4 @@ def test_bisect_and_history_find_the_planted_commit(tmp_path):
     page = (work / "history" / "history.html").read_text()
     assert planted[:10] in page and page.count("<svg") == 2       # fp16_cache and native_int4
     assert "no stored run" not in page                            # all 8 commits measured
+    assert "CPU stand-in" in page
