@@ -29,6 +29,7 @@ CPU_TORCH = os.environ.get("HARNESS_CPU_TORCH", "torch==2.13.0")
 WHEELHOUSE = os.environ.get("HARNESS_WHEELHOUSE", ".whl")
 GPU_WHEELS = (
     "optimum-quanto==0.2.7",
+    "ruptures==1.1.10",          # `harness history` (steps); its deps numpy/scipy are there
     "nox", "argcomplete", "colorlog", "dependency-groups", "python-discovery",
     "virtualenv", "distlib", "platformdirs", "packaging", "filelock", "attrs",
 )

@@ -11,12 +11,26 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .commands import baseline, bench, build, cases, compare, job, merge, ppl, report, study
+from .commands import (
+    baseline,
+    bench,
+    bisect,
+    build,
+    cases,
+    compare,
+    history,
+    job,
+    merge,
+    ppl,
+    report,
+    study,
+)
 from .errors import EXPECTED_ERRORS, one_line
 
 #: The command modules, in the order ``harness --help`` lists them. A new command = one
 #: module with ``register(sub)`` and ``run(args)``, and one entry here.
-COMMANDS = (cases, bench, job, ppl, report, merge, compare, baseline, study, build)
+COMMANDS = (cases, bench, job, ppl, report, merge, compare, history, bisect, baseline, study,
+            build)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,20 +15,17 @@ comparison.
 
 Extension point: ``BenchRunner`` — any callable taking a ``BenchRequest`` and leaving
 result CSVs under ``request.out_dir``; tests pass a fake one, the default runs the
-subprocess above.
+subprocess above (``harness.commands.revisions``, shared with ``harness bisect``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +42,16 @@ from ..results.environment import STRICT_ENV_HELP
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run
 from .common import add_settings_args, csv_list, plain, settings_from_args
+from .revisions import (  # noqa: F401  (BenchRequest, bench_command, GitMissing: re-exported)
+    BenchRequest,
+    BenchRunner,
+    GitMissing,
+    bench_command,
+    case_filter,
+    resolve_revision,
+    subprocess_runner,
+    worktrees,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -90,108 +97,6 @@ def run(args: argparse.Namespace) -> int:
     print(text_table(outcome.result, changes_only=True))
     print(f"wrote {files.csv}, {files.html}, {files.markdown}")
     return outcome.result.exit_code
-
-
-@dataclass(frozen=True)
-class BenchRequest:
-    """One measurement run of one revision, in its worktree, into ``out_dir``."""
-
-    label: str
-    revision: str
-    worktree: Path
-    out_dir: Path
-    matrix: str
-    round: int
-    filter: str | None = None
-    paths: tuple[str, ...] = ()
-    modes: tuple[str, ...] = ()
-
-
-BenchRunner = Callable[[BenchRequest], None]
-
-
-def bench_command(req: BenchRequest, python: str = sys.executable) -> list[str]:
-    """The ``harness bench`` command line for ``req`` (the only interface to the engine)."""
-    cmd = [python, "-m", "harness", "bench", "--matrix", req.matrix]
-    if req.filter:
-        cmd += ["--filter", req.filter]
-    if req.paths:
-        cmd += ["--paths", ",".join(req.paths)]
-    if req.modes:
-        cmd += ["--mode", ",".join(req.modes)]
-    return cmd + ["--no-compare", "--out", str(req.out_dir)]
-
-
-def subprocess_runner(req: BenchRequest) -> None:
-    """Run ``bench_command(req)`` in the worktree with ``PYTHONPATH`` pointing at it."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(req.worktree), env.get("PYTHONPATH", "")) if p)
-    req.out_dir.mkdir(parents=True, exist_ok=True)
-    log = req.out_dir.parent / f"{req.out_dir.name}.log"
-    with open(log, "w") as fh:
-        proc = subprocess.run(bench_command(req), cwd=req.worktree, env=env, stdout=fh,
-                              stderr=subprocess.STDOUT, check=False)
-    if proc.returncode != 0 and not any(req.out_dir.rglob("*.csv")):
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-        tail = lines[-1:] or ["no output"]
-        raise CompareError(f"bench of {req.label} ({req.revision[:12]}) round {req.round} exited "
-                           f"{proc.returncode}: {tail[0].strip()} (log {log})")
-
-
-class GitMissing(CompareError):
-    """No git executable: revisions cannot be resolved or checked out (one line)."""
-
-
-def _git(repo: Path, *args: str) -> str:
-    try:
-        proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                              check=False)
-    except FileNotFoundError:
-        raise GitMissing("git is not installed (or not on PATH): comparing git revisions "
-                           "needs it; stored result directories compare without it") from None
-    if proc.returncode != 0:
-        msg = (proc.stderr.strip().splitlines() or ["git failed"])[-1]
-        raise CompareError(f"git {' '.join(args)}: {msg}")
-    return proc.stdout.strip()
-
-
-def resolve_revision(repo: Path, spec: str) -> str:
-    """The full sha of ``spec`` (a branch, tag, sha, ``HEAD~1``...) in ``repo``."""
-    if spec.startswith("-"):
-        raise CompareError(f"{spec!r} is neither a result path nor a git revision")
-    try:
-        return _git(repo, "rev-parse", "--verify", "--quiet", f"{spec}^{{commit}}")
-    except GitMissing:
-        raise
-    except CompareError:
-        raise CompareError(
-            f"{spec!r} is neither a result path nor a git revision of {repo}") from None
-
-
-@contextlib.contextmanager
-def worktrees(repo: Path, shas: Sequence[str], parent: Path) -> Iterator[dict[str, Path]]:
-    """Detached worktrees of ``shas`` under ``parent``; removed again on exit."""
-    made: dict[str, Path] = {}
-    try:
-        for sha in dict.fromkeys(shas):
-            path = parent / f"wt-{sha[:12]}"
-            _git(repo, "worktree", "add", "--detach", str(path), sha)
-            made[sha] = path
-        yield made
-    finally:
-        for path in made.values():
-            with contextlib.suppress(CompareError):
-                _git(repo, "worktree", "remove", "--force", str(path))
-        with contextlib.suppress(CompareError):
-            _git(repo, "worktree", "prune")
-
-
-def case_filter(rows: Sequence[ResultRow]) -> str:
-    """A ``--filter`` expression selecting exactly the cases of ``rows``."""
-    terms = sorted({f"(M == {r.M} and N == {r.N} and K == {r.K} and group_size == {r.group_size} "
-                    f"and seed == {r.seed} and kind == '{r.kind}')" for r in rows})
-    return " or ".join(terms)
 
 
 @dataclass(frozen=True)

@@ -9,15 +9,20 @@ copies (``index_slices``), so every call meets a copy untouched since all the ot
 used, whatever R is. R therefore covers only the batch-length floor, not every copy: a
 7.9 ms call is timed one per batch instead of once per copy.
 
-Extension point: a new mode is a class with ``mode``, ``__call__() -> float`` (µs per call,
+Extension points: a new mode is a class with ``mode``, ``__call__() -> float`` (µs per call,
 device-side for a GPU), optionally ``note() -> str`` (a remark for the row) and
-``close()``, registered in ``make_timer`` and ``timing.MODES``.
+``close()``, registered in ``TIMERS`` and ``timing.MODES``. The timer of an existing mode
+can be supplied from outside the product (a ``harness bench --plugin`` file, a test) with
+``register_timer(mode, factory)``: e.g. a timer reading a hardware counter, or the test
+suite's deterministic timer (``CpuBatchTimer`` on a virtual clock, ``clock_ns``). The run's
+json lists the plugins, so a run timed by another timer says so.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import torch
 
@@ -72,20 +77,23 @@ class _Rotation:
 
 
 class CpuBatchTimer:
-    """perf_counter_ns around R synchronous CPU calls; returns us per call."""
+    """``clock_ns`` (default ``time.perf_counter_ns``) around R synchronous CPU calls;
+    returns us per call. ``clock_ns`` is the seam for another clock (any callable giving
+    nanoseconds, e.g. a virtual clock that the timed calls advance)."""
 
     mode = "cpu"
 
-    def __init__(self, step: Callable[[int], object], calls: int, span: int | None = None) -> None:
+    def __init__(self, step: Callable[[int], object], calls: int, span: int | None = None,
+                 clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
         self._rot = _Rotation(calls, span)
-        self.step, self.calls = step, calls
+        self.step, self.calls, self.clock_ns = step, calls, clock_ns
 
     def __call__(self) -> float:
-        step, idx = self.step, self._rot.batch()
-        t0 = time.perf_counter_ns()
+        step, idx, clock_ns = self.step, self._rot.batch(), self.clock_ns
+        t0 = clock_ns()
         for i in idx:
             step(i)
-        return (time.perf_counter_ns() - t0) / 1e3 / self.calls
+        return (clock_ns() - t0) / 1e3 / self.calls
 
 
 class EventBatchTimer:
@@ -214,18 +222,50 @@ class GraphBatchTimer:
             graph.reset()
 
 
+class TimerFactory(Protocol):
+    """Builds the batch timer of one mode: ``factory(step, calls, device, span, idle_ratio)``
+    (the arguments of ``make_timer``; a factory ignores those its timer does not use)."""
+
+    def __call__(self, step: Callable[[int], object], calls: int, device, span: int | None,
+                 idle_ratio: float): ...
+
+
+def _cpu(step, calls, device, span, idle_ratio):
+    return CpuBatchTimer(step, calls, span)
+
+
+def _cold(step, calls, device, span, idle_ratio):
+    return EventBatchTimer(step, calls, device, span)
+
+
+def _graph(step, calls, device, span, idle_ratio):
+    return GraphBatchTimer(step, calls, device, span, idle_ratio=idle_ratio)
+
+
+#: The timer factory of each mode, what ``make_timer`` builds; see ``register_timer``.
+TIMERS: dict[str, TimerFactory] = {"cpu": _cpu, "cold": _cold, "graph": _graph}
+
+
+def register_timer(mode: str, factory: TimerFactory) -> TimerFactory:
+    """Time ``mode`` (one of ``MODES``) with ``factory`` from now on in this process; returns
+    the factory it replaces (to put it back). Every timing of the mode goes through it: the
+    runner's pilot batch and its samples, the perplexity model's forwards, the studies."""
+    if mode not in MODES:
+        raise TimingError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
+    if not callable(factory):
+        raise TimingError(f"timer factory for {mode!r} is not callable: {factory!r}")
+    previous = TIMERS[mode]
+    TIMERS[mode] = factory
+    return previous
+
+
 def make_timer(mode: str, step: Callable[[int], object], calls: int, device=None,
                span: int | None = None, idle_ratio: float = 0.0):
-    """The ``BatchTimer`` of ``mode`` (one of ``MODES``): R = ``calls`` per batch, rotating
-    over ``span`` step indices (None: ``calls``, every batch the same indices 0..R-1);
-    ``idle_ratio`` is the graph timer's untimed idle after each batch (see
-    ``GraphBatchTimer``)."""
-    if mode == "cpu":
-        return CpuBatchTimer(step, calls, span)
-    if mode == "cold":
-        return EventBatchTimer(step, calls, device, span)
-    if mode == "graph":
-        return GraphBatchTimer(step, calls, device, span, idle_ratio=idle_ratio)
-    raise TimingError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
-
-
+    """The ``BatchTimer`` of ``mode`` (one of ``MODES``, built by ``TIMERS[mode]``): R =
+    ``calls`` per batch, rotating over ``span`` step indices (None: ``calls``, every batch
+    the same indices 0..R-1); ``idle_ratio`` is the graph timer's untimed idle after each
+    batch (see ``GraphBatchTimer``)."""
+    factory = TIMERS.get(mode)
+    if factory is None:
+        raise TimingError(f"mode: {mode!r} is not one of {', '.join(MODES)}")
+    return factory(step, calls, device, span, idle_ratio)

@@ -42,6 +42,17 @@ def _new_figure(**kwargs):
     return _mpl().figure.Figure(layout="constrained", **kwargs)
 
 
+def new_figure(**kwargs):
+    """A matplotlib ``Figure`` (constrained layout, no pyplot), for plots drawn elsewhere in
+    ``harness.reports`` (the history page)."""
+    return _new_figure(**kwargs)
+
+
+def svg_text(fig, key: str) -> str:
+    """``fig`` as an inline ``<svg class="plot">`` string (deterministic ids from ``key``)."""
+    return _svg(fig, key)
+
+
 def path_colours(rows: Sequence[ResultRow]) -> dict[str, str]:
     cmap = _mpl().colormaps["tab10"]
     return {p: cmap(i % 10) for i, p in enumerate(sorted({r.path for r in rows}))}

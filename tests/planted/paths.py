@@ -25,7 +25,6 @@ Extension point: a new misbehaviour is a ``WrappedPath`` subclass overriding ``r
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -36,6 +35,8 @@ from harness.kernels.build import extension
 from harness.kernels.marlin.asym import MarlinAsymPath
 from harness.kernels.marlin.pack import TILE, MarlinPack, pack_codes, unpack_codes
 from harness.kernels.reference import apply_marlin_correction
+
+from . import clock as planted_clock
 
 #: The slowdown the ``slowdown_5pct`` defect plants.
 SLOWDOWN = 0.05
@@ -161,7 +162,8 @@ class RacyOutputPath(WrappedPath):
 class SlowdownPath(WrappedPath):
     """``inner`` plus ``fraction`` more time per call.
 
-    CPU: a busy wait of ``fraction`` x the call's own host time (CPU paths are synchronous).
+    CPU: a wait of ``fraction`` x the call's own time on ``planted.clock.current()`` (the
+    host's clock: a busy wait, CPU paths being synchronous; or the fake timer's virtual one).
     GPU: ``torch.cuda._sleep`` (a device spin) after the inner call, sized on the first call
     for each M (the runner's untimed accuracy run; it synchronises, which a real path never
     does) the way the gate's graph-mode rows see time: CUDA graphs of back-to-back calls of
@@ -183,11 +185,10 @@ class SlowdownPath(WrappedPath):
 
     def run(self, prepared, A, out):
         if prepared.device.type != "cuda":
-            t0 = time.perf_counter()
+            clock = planted_clock.current()       # the host's, or the fake timer's virtual one
+            t0 = clock.now()
             self.inner.run(prepared, A, out)
-            end = t0 + (time.perf_counter() - t0) * (1.0 + self.fraction)
-            while time.perf_counter() < end:
-                pass
+            clock.wait((clock.now() - t0) * self.fraction)
             return out
         cycles = self._cycles(prepared, A, out)
         self.inner.run(prepared, A, out)

@@ -1,7 +1,8 @@
-"""Open the HTML report in headless Chromium: the regression summary, the tables and the
-SVG plots must be in the rendered DOM, and a screenshot is kept as a test artifact
-(``artifacts/html_report.png``, git-ignored); the same for the fleet page of ``harness
-merge`` (``artifacts/fleet_report.png``). Skipped, with the reason, without Chromium."""
+"""Open the HTML report, the fleet page of ``harness merge`` and the history page in headless
+Chromium: the regression summary, the tables and the SVG plots must be in the rendered DOM,
+and screenshots are kept as test artifacts (``artifacts/html_report.png``,
+``artifacts/fleet_report.png``, ``artifacts/history.png``, git-ignored). Skipped, with the
+reason, without Chromium."""
 
 from __future__ import annotations
 
@@ -18,9 +19,14 @@ from fleet_runs import ENVS, write_fleet
 from harness.cli import main
 from harness.config import load_settings
 from harness.reports.gate import evaluate
+from harness.reports.history import build_history
+from harness.reports.history_html import write_history
 from harness.reports.render import write_reports
+from harness.reports.steps import detect_steps
 from harness.reports.synthetic import make_rows, resample
+from harness.results.catalog import stored_runs
 from harness.results.environment import Environment
+from harness.results.store import RunMeta, write_run
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -161,3 +167,46 @@ def test_fleet_page_renders_in_headless_chromium(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == (1400, 3000)
     assert len(data) > 50_000  # a blank page compresses to a few KB
+
+
+def test_history_page_renders_in_headless_chromium(tmp_path):
+    """The history page in Chromium: the steps table with the planted step (commit, rows,
+    size, verdict), one plot per (matrix, path, mode), gaps with their reasons; a
+    screenshot is kept (``artifacts/history.png``)."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("Chromium not installed (/usr/bin/chromium or chromium on PATH); "
+                    "install it with `apt-get install -y chromium`")
+    shas = [f"{i:x}" * 40 for i in range(1, 9)]
+    base = make_rows(ms=(1, 16, 64), seed=3, paths=("fp16_cache", "marlin_asym"), peers=())
+    root = tmp_path / "results"
+    for i, sha in enumerate(shas):
+        if i == 2:
+            continue                                  # a commit without a stored run
+        rows = resample(base, seed=40 + i, factor={"fp16_cache": 1.05 if i >= 5 else 1.0})
+        env = Environment(arch="sm90", gpu_name="synthetic H200", commit=sha[:12])
+        write_run(root / sha[:12] / "sm90", rows,
+                  RunMeta(matrix="synthetic", commit=sha[:12], arch="sm90", environment=env))
+    settings = load_settings()
+    history = build_history([(s, f"commit {i}") for i, s in enumerate(shas)],
+                            stored_runs(root, "sm90"), arch="sm90", floor=0.01)
+    files = write_history(history, detect_steps(history, settings), settings, tmp_path / "h")
+    dom = _run(browser, tmp_path / "profile", "--dump-dom", files.html.resolve().as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = dom.stdout
+    table = text[text.index('id="steps-table"'):text.index('id="plots"')]
+    step_rows = re.findall(r'<tr class="step">(.*?)</tr>', table, re.S)
+    assert len(step_rows) == 1
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", step_rows[0], re.S)
+    assert cells[0] == "5" and shas[5][:10] in cells[1] and cells[3] == "time"
+    assert cells[5] == "fp16_cache" and cells[7] == "6 of 6" and cells[9] == "SLOWER"
+    assert cells[8].startswith("+5.")
+    assert text.count("<svg") == 2 and text.count("</svg>") == 2
+    gaps = text[text.index('id="gaps-table"'):]
+    assert gaps.count("no stored run of this commit") == 2       # both groups, commit 2
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "history.png"
+    run = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}",
+               "--window-size=1300,2000", "--hide-scrollbars", files.html.resolve().as_uri())
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
