@@ -1,7 +1,7 @@
 """Building for a fleet (``harness build --arch``), on any machine: arch names, the one
 table shared with the noxfile, the per-arch build plans (flags, Marlin in or why not, the
 cache key), and that the bench looks for exactly the build ``harness build`` makes.
-Compiling is tested on a machine with nvcc and CUDA torch: tests/gpu/test_fleet_build.py."""
+Compiling is tested on a machine with nvcc and CUDA torch: tests/gpu/test_fleet_build_gpu.py."""
 
 from __future__ import annotations
 

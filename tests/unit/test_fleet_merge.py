@@ -147,19 +147,30 @@ def test_two_machines_of_one_arch_are_both_shown(fleet, tmp_path):
 
 
 def test_a_refused_comparison_is_that_runs_error_and_the_others_are_reported(fleet, tmp_path):
+    """A run measured with another measuring setting (accuracy_runs) is refused (exit 2,
+    the reason in the summary) while the other runs are still reported; another GPU model
+    of the arch is not refused: its timing rows are TIMING_NOT_COMPARABLE."""
     root, dirs = fleet
     other = tmp_path / "other"
-    h100 = Environment(**{**ENVS["sm90"].to_dict(), "gpu_name": "synthetic H100",
-                          "host": "lab-e"})
+    host_e = Environment(**{**ENVS["sm90"].to_dict(), "host": "lab-e"})
     base = gpu_rows("sm90", 4)
-    write_bench_run(other / "sm90", h100, resample(base, 6, factor={"fp16_cache": 3.0}), base)
-    rc = main(["merge", str(dirs["sm90"]), str(other), "--baseline", str(root / "baselines"),
-               "--out", str(tmp_path / "m")])
+    write_bench_run(other / "sm90", host_e, resample(base, 6), base)
+    meta = other / "sm90" / "synthetic.json"
+    data = json.loads(meta.read_text())
+    data["settings"]["accuracy_runs"] = 2
+    meta.write_text(json.dumps(data))
+    h100 = Environment(**{**ENVS["sm90"].to_dict(), "gpu_name": "synthetic H100",
+                          "host": "lab-f"})
+    write_bench_run(tmp_path / "h100" / "sm90", h100,
+                    resample(base, 7, factor={"fp16_cache": 3.0}), base)
+    rc = main(["merge", str(dirs["sm90"]), str(other), str(tmp_path / "h100"),
+               "--baseline", str(root / "baselines"), "--out", str(tmp_path / "m")])
     assert rc == EXIT_ERROR
     md = (tmp_path / "m" / "summary.md").read_text()
     assert "**sm90 @ lab-e**: exit 2: not gated: refusing to compare against this baseline: " \
-           "GPU model differs" in md
+           "setting accuracy_runs differs" in md
     assert "**sm90 @ lab-b**: exit 0: passed" in md
+    assert "**sm90 @ lab-f**: exit 0" in md and "TIMING_NOT_COMPARABLE" in md
 
 
 def test_a_run_that_cannot_be_read_is_one_line_naming_it(fleet, tmp_path, capsys):

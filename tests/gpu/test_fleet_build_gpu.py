@@ -6,7 +6,7 @@ loading the fleet build of its arch without compiling.
 
 Needs a CUDA build of torch, nvcc, a C++ compiler, ninja and cuobjdump; skips, saying
 which is missing, otherwise. Slow: about 30 s per arch.
-    python -m pytest -v -m slow tests/gpu/test_fleet_build.py
+    python -m pytest -v -m slow tests/gpu/test_fleet_build_gpu.py
 """
 
 from __future__ import annotations
