@@ -20,6 +20,7 @@ import pandas as pd
 
 from ..errors import EXIT_ERROR, EXIT_FAIL, EXIT_NO_BASELINE, EXIT_PASS, EXIT_WRONG_RUNNER
 from ..results.store import atomic_write_text
+from .calibration import machine_label
 from .csv_report import write_frame_csv
 from .fleet import (
     FleetRun,
@@ -55,6 +56,12 @@ class FleetFiles:
     html: Path
     markdown: Path
     summary: str          # the Markdown text
+
+
+def _machines(runs: Sequence[FleetRun]) -> str:
+    """"N machine(s)": told apart by boot id (VMs often share a host name), else host/GPU."""
+    n = len({machine_label(r.environment) or r.machine for r in runs})
+    return f"{n} machine" + ("" if n == 1 else "s")
 
 
 def exit_line(runs: Sequence[FleetRun]) -> str:
@@ -144,7 +151,7 @@ def render_fleet_html(runs: Sequence[FleetRun], title: str = "INT4 GEMM fleet re
 <title>{esc(title)}</title><style>{CSS}{_EXTRA_CSS}</style></head>
 <body>
 <h1>{esc(title)}</h1>
-<p class="meta">{len(runs)} runs, {len({r.machine for r in runs})} machines, arches
+<p class="meta">{len(runs)} runs, {_machines(runs)}, arches
 {esc(", ".join(groups))}. Runs of one arch from different machines are shown apart.</p>
 <div class="banner {banner}" id="fleet-status">{esc(exit_line(runs))}</div>
 <nav><a href="#machines">Machines</a><a href="#summary">Summary</a>
