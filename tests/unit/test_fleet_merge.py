@@ -220,3 +220,21 @@ def test_labels_are_unique_and_name_the_machine():
     e = Environment(arch="sm90", host="h2", commit="2" * 40)
     f = Environment(arch="sm90", host="h2", commit="3" * 40)
     assert label_runs([e, f]) == ["sm90 @ h2 [222222222222]", "sm90 @ h2 [333333333333]"]
+
+
+def test_machines_sharing_a_host_name_are_counted_by_boot_id(fleet, tmp_path):
+    """Two VMs named 'vm' (as the H200 machines are) are two machines: the page says so
+    and labels them by GPU."""
+    root, _ = fleet
+    base = gpu_rows("sm90", 4)
+    dirs = []
+    for i in range(2):
+        env = Environment(**{**ENVS["sm90"].to_dict(), "host": "vm", "boot_id": f"boot-{i}",
+                             "gpu_uuid": f"GPU-{i}0000000"})
+        dirs.append(tmp_path / f"r{i}" / "sm90")
+        write_bench_run(dirs[-1], env, resample(base, 10 + i), base)
+    assert main(["merge", *map(str, dirs), "--baseline", str(root / "baselines"),
+                 "--out", str(tmp_path / "m")]) == 0
+    page = (tmp_path / "m" / "index.html").read_text()
+    assert "2 runs, 2 machines, arches" in page
+    assert "sm90 @ vm [GPU 00000000]" in page and "sm90 @ vm [GPU 10000000]" in page
