@@ -123,7 +123,12 @@ def _judge(stored: Run, settings: Settings, args: argparse.Namespace) -> dict:
                     reason=f"not gated: {one_line(exc)}")
     result = gated.result
     where = f"{args.baseline}/{stored.environment.arch}"
-    if result.failures:
+    if gated.refused:          # a matrix the baseline refuses: that run is in error
+        code = EXIT_ERROR
+        reason = "not gated: " + "; ".join(f"{m}: {why}" for m, why in gated.refused)
+        if result.failures:
+            reason = f"{_failing(result)}; {reason}"
+    elif result.failures:
         code, reason = result.exit_code, _failing(result)
     elif gated.no_baseline:
         code = EXIT_NO_BASELINE

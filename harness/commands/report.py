@@ -5,8 +5,10 @@ policy first: ``results.environment``), replaying the confirmation re-measuremen
 bench stored, so the verdicts are the ones the bench printed; the command says whether
 they agree with the verdicts stored in the run. Exit 0 when nothing regressed (always
 without ``--baseline``), 1 on a failing verdict, 2 on bad input or a refused comparison.
-Torch-free: reports render on any machine. ``gate_stored`` is the gating step, shared with
-``harness merge`` (several runs in one report).
+A matrix whose baseline refuses the comparison (another measured setting, say) is left out
+and named (exit 2) while the run's other matrices are gated, as the bench gates each
+matrix on its own. Torch-free: reports render on any machine. ``gate_stored`` is the
+gating step, shared with ``harness merge`` (several runs in one report).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import Settings
+from ..errors import EXIT_ERROR, one_line, worst_exit
 from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import agreement
 from ..reports.markdown import text_table
@@ -26,6 +29,7 @@ from ..results.baseline import baseline_dir, check_baseline_gate, load_baseline,
 from ..results.environment import (
     STRICT_ENV_HELP,
     Environment,
+    IncompatibleBaselineError,
     warning_lines,
     with_env_warnings,
 )
@@ -60,6 +64,9 @@ class StoredGate:
     baseline_env: Environment | None
     #: matrices of the run with no baseline (only with ``missing_ok``): their rows are NEW
     no_baseline: tuple[str, ...] = ()
+    #: matrix -> why its baseline refuses the comparison (another measured setting, ...):
+    #: those rows are left out; the other matrices are gated, as the bench gates each one
+    refused: tuple[tuple[str, str], ...] = ()
 
 
 def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: str | None = None,
@@ -74,6 +81,7 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
     base_rows, margins, base_env, base_label, env_warnings = [], {}, None, "baseline", []
     timing_reason = None
     absent: list[str] = []
+    refused: list[tuple[str, str]] = []
     if baseline:
         arch = arch or stored.environment.arch
         if not arch:
@@ -83,6 +91,10 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
         if missing_ok:
             absent = [m for m in matrices if not (bdir / f"{m}.csv").is_file()]
             matrices = [m for m in matrices if m not in absent]
+        refused = _refused_matrices(stored, bdir, matrices, strict_env)
+        if refused and len(refused) == len(matrices):
+            raise IncompatibleBaselineError(refused[0][1])
+        matrices = [m for m in matrices if m not in dict(refused)]
         if matrices:
             base = load_baseline(bdir, matrices)
             check = check_baseline_gate(base, stored.environment,
@@ -92,13 +104,28 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
                 print(line, file=sys.stderr)
             base_rows, margins = list(base.rows), base.margins
             base_env, base_label = base.environment, base.label
+    skip = {m for m, _ in refused}
+    rows = [r for r in stored.rows if r.matrix not in skip]
     # the bench's confirmation re-measurements, stored with the run, are replayed: the
     # same rows, baseline and settings give the verdicts the bench printed
-    result = evaluate(list(stored.rows), base_rows, settings, margins=margins, partial=partial,
+    result = evaluate(rows, base_rows, settings, margins=margins, partial=partial,
                       remeasure=stored_remeasure(stored.confirmations),
                       current_label=stored.label, baseline_label=base_label,
                       timing_reason=timing_reason)
-    return StoredGate(with_env_warnings(result, env_warnings), base_env, tuple(absent))
+    return StoredGate(with_env_warnings(result, env_warnings), base_env, tuple(absent),
+                      tuple(refused))
+
+
+def _refused_matrices(stored: Run, bdir: Path, matrices, strict_env: bool) -> list:
+    """(matrix, one-line reason) for each matrix whose baseline refuses the comparison."""
+    out = []
+    for m in matrices:
+        try:
+            check_baseline_gate(load_baseline(bdir, [m]), stored.environment,
+                                lambda name: run_settings(stored, name), strict=strict_env)
+        except IncompatibleBaselineError as exc:
+            out.append((m, one_line(exc)))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -118,4 +145,8 @@ def run(args: argparse.Namespace) -> int:
     if same:
         print(f"harness report: {same}")
     print(f"wrote {files.csv}, {files.html}, {files.markdown}")
-    return result.exit_code if args.baseline else 0
+    for matrix, why in gated.refused:
+        print(f"harness report: not gated: {matrix}: {why}", file=sys.stderr)
+    if not args.baseline:
+        return 0
+    return worst_exit([result.exit_code, EXIT_ERROR]) if gated.refused else result.exit_code

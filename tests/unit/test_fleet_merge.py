@@ -238,3 +238,47 @@ def test_machines_sharing_a_host_name_are_counted_by_boot_id(fleet, tmp_path):
     page = (tmp_path / "m" / "index.html").read_text()
     assert "2 runs, 2 machines, arches" in page
     assert "sm90 @ vm [GPU 00000000]" in page and "sm90 @ vm [GPU 10000000]" in page
+
+
+def test_a_matrix_whose_baseline_refuses_is_left_out_and_the_others_are_gated(tmp_path, capsys):
+    """As the bench gates each matrix on its own, `report` and `merge` refuse only the matrix
+    whose baseline was measured with other settings (exit 2, its one-line reason); the other
+    matrix of the same run directory keeps its verdicts (here a failing SLOWER)."""
+    from dataclasses import replace
+
+    from fleet_runs import FACTORS, S, write_baseline
+
+    from harness.results.store import RunMeta, write_run
+
+    base = gpu_rows("sm90", 4)
+    other = [replace(r, matrix="other") for r in base]
+    write_baseline(tmp_path, "sm90", base)
+    write_run(tmp_path / "acc2" / "sm90", other, RunMeta(
+        matrix="other", commit=COMMIT, arch="sm90", environment=ENVS["sm90"],
+        settings=S.to_dict()))
+    assert main(["baseline", "accept", str(tmp_path / "acc2" / "sm90"),
+                 "--root", str(tmp_path / "baselines"), "--yes"]) == 0
+    meta = tmp_path / "baselines" / "sm90" / "other.json"
+    data = json.loads(meta.read_text())
+    data["settings"]["warmup_ms"] = 10.0
+    meta.write_text(json.dumps(data))
+    run = tmp_path / "run" / "sm90"
+    same = FACTORS["sm90"]
+    slow = resample(base, 8, factor={**same, "fp16_cache": 1.5 * same.get("fp16_cache", 1.0)})
+    write_bench_run(run, ENVS["sm90"], slow, base)
+    write_run(run, resample(other, 9, factor=same), RunMeta(
+        matrix="other", commit=COMMIT, arch="sm90", environment=ENVS["sm90"],
+        settings=S.to_dict()))
+    capsys.readouterr()
+    assert main(["report", str(run), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / "rep")]) == EXIT_ERROR
+    captured = capsys.readouterr()
+    assert "not gated: other: refusing to compare" in captured.err
+    assert "setting warmup_ms differs" in captured.err
+    assert "SLOWER" in captured.out                         # synthetic is still gated
+    rows = pd.read_csv(tmp_path / "rep" / "report.csv")
+    assert set(rows.matrix) == {"synthetic"}
+    assert main(["merge", str(run), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / "m")]) == EXIT_ERROR
+    md = (tmp_path / "m" / "summary.md").read_text()
+    assert "failing verdicts:" in md and "not gated: other: refusing" in md
