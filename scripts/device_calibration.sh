@@ -15,6 +15,8 @@ tag=${1:-run}
 out=${OUT:-device-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 HARNESS_BUILD_DIR=${HARNESS_BUILD_DIR:-/tmp/harness-build}
+# the dispatcher switches of `nox -s bench-sm90`, so every step measures what nox measures
+export TINYLOOP_USE_MARLIN=${TINYLOOP_USE_MARLIN:-1} HARNESS_MARLIN_SM90=${HARNESS_MARLIN_SM90:-1}
 if [ -d .whl ] && ! python3 -c "import optimum.quanto" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site:$PWD

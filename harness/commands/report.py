@@ -93,7 +93,9 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
             matrices = [m for m in matrices if m not in absent]
         refused = _refused_matrices(stored, bdir, matrices, strict_env)
         if refused and len(refused) == len(matrices):
-            raise IncompatibleBaselineError(refused[0][1])
+            more = "; ".join(f"{m}: {why.split(': ', 1)[-1]}" for m, why in refused[1:])
+            raise IncompatibleBaselineError(
+                refused[0][1] + (f" ({refused[0][0]}; also {more})" if more else ""))
         matrices = [m for m in matrices if m not in dict(refused)]
         if matrices:
             base = load_baseline(bdir, matrices)
@@ -119,9 +121,10 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
 def _refused_matrices(stored: Run, bdir: Path, matrices, strict_env: bool) -> list:
     """(matrix, one-line reason) for each matrix whose baseline refuses the comparison."""
     out = []
-    for m in matrices:
-        try:
-            check_baseline_gate(load_baseline(bdir, [m]), stored.environment,
+    for m in matrices:        # each matrix's own environment: one directory may hold the
+        env = stored.metas[m].environment if m in stored.metas else stored.environment
+        try:                  # job's matrices beside a separate process's parity run
+            check_baseline_gate(load_baseline(bdir, [m]), env,
                                 lambda name: run_settings(stored, name), strict=strict_env)
         except IncompatibleBaselineError as exc:
             out.append((m, one_line(exc)))

@@ -231,6 +231,11 @@ def timing_problem(base_env: Environment, cur_env: Environment, *, what: str = "
     return None
 
 
+#: The dispatcher model's switches as the environment records them (``envinfo``: the
+#: variable's value, "" when unset); a record without the key (older runs) is not compared.
+DISPATCH_SWITCHES = ("tinyloop_use_marlin", "harness_marlin_sm90", "harness_marlin_provider")
+
+
 def environment_problems(
     base_env: Environment, cur_env: Environment, base_settings: Mapping | None = None,
     cur_settings: Mapping | None = None, *, what: str = "baseline", current: str = "this run",
@@ -256,6 +261,13 @@ def environment_problems(
         if _known(b) and _known(c) and _value(b) != _value(c):
             return (f"setting {key} differs: {what} {_show(b)}, {current} {_show(c)} (it changes "
                     "what is measured; measure both with the same settings)", [])
+    for key in DISPATCH_SWITCHES:
+        b, c = base_env.extra.get(key), cur_env.extra.get(key)
+        if b is not None and c is not None and b.strip() != c.strip():
+            return (f"dispatcher switch {key.upper()} differs: {what} {b.strip() or 'unset'}, "
+                    f"{current} {c.strip() or 'unset'} (it changes the dispatch column, the "
+                    "dispatch rows and what LOST_DISPATCH can see; `nox -s bench-smXX` sets "
+                    "TINYLOOP_USE_MARLIN=1 and HARNESS_MARLIN_SM90=1)", [])
     warnings = []
     for name, label, unit in WARNED_FACTS:
         b, c = getattr(base_env, name).strip(), getattr(cur_env, name).strip()

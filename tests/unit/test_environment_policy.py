@@ -55,6 +55,18 @@ def test_another_arch_or_gpu_model_is_refused(change, needles):
     _refused(*needles, base_env=ENV, cur_env=replace(ENV, **change))
 
 
+def test_another_dispatcher_switch_is_refused_and_an_older_record_is_not_compared():
+    """`nox -s bench-smXX` sets TINYLOOP_USE_MARLIN=1 and HARNESS_MARLIN_SM90=1; a baseline
+    recorded without them (a plain `harness job`) saw a dispatcher that never picks Marlin,
+    so LOST_DISPATCH could not fire against it: refused, naming the switch."""
+    on = replace(ENV, extra={"tinyloop_use_marlin": "1", "harness_marlin_sm90": "1"})
+    off = replace(ENV, extra={"tinyloop_use_marlin": "", "harness_marlin_sm90": ""})
+    _refused("dispatcher switch TINYLOOP_USE_MARLIN differs", "baseline unset", "this run 1",
+             base_env=off, cur_env=on)
+    assert check_environment(on, replace(on)) == []
+    assert check_environment(ENV, on) == []           # a record without the keys (older run)
+
+
 @pytest.mark.parametrize("key, value", [
     ("warmup_ms", 50.0), ("max_case_seconds", 0.35), ("target_rel_spread", 0.005),
     ("min_samples", 50), ("max_samples", 5000), ("accuracy_runs", 3),
