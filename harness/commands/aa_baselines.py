@@ -51,10 +51,13 @@ def _load_aa_runs(run_paths: Sequence[str | Path],
         raise ValueError("--runs: A/A calibration needs runs of one commit; got "
                          + ", ".join(sorted(commits)))
     warnings: list[str] = []
-    for other in runs[1:]:
-        warnings += check_environment(runs[0].environment, other.environment, run_settings(runs[0]),
-                                      run_settings(other), what=f"A/A run {runs[0].source}",
-                                      current=f"A/A run {other.source}")
+    for matrix, holding in _by_matrix(runs).items():   # each matrix's own recorded env
+        first = holding[0]
+        for other in holding[1:]:
+            warnings += check_environment(
+                _env(first, matrix), _env(other, matrix), run_settings(first, matrix),
+                run_settings(other, matrix), what=f"A/A run {first.source} ({matrix})",
+                current=f"A/A run {other.source}")
     for line in warning_lines("harness baseline", dict.fromkeys(warnings)):
         echo(line)
     return runs
@@ -68,6 +71,12 @@ def _by_matrix(runs: Sequence[Run]) -> dict[str, list[Run]]:
         for matrix in run.matrices:
             out.setdefault(matrix, []).append(run)
     return out
+
+
+def _env(run: Run, matrix: str):
+    """The environment recorded with ``matrix`` of ``run`` (a directory may hold matrices
+    measured by different processes), else the run's."""
+    return run.metas[matrix].environment if matrix in run.metas else run.environment
 
 
 def _calibration_info(runs: Sequence[Run], matrix: str, coverage: float, prior_df: float,
@@ -119,7 +128,7 @@ def calibrate(
     with DirLock(directory):
         for matrix, runs in _by_matrix(all_runs).items():
             rows, meta = read_baseline_matrix(directory, matrix)
-            warnings = check_environment(meta.environment, runs[0].environment, meta.settings,
+            warnings = check_environment(meta.environment, _env(runs[0], matrix), meta.settings,
                                          run_settings(runs[0], matrix), current="A/A runs")
             for line in warning_lines(f"harness baseline calibrate: {matrix}", warnings):
                 echo(line)

@@ -194,3 +194,21 @@ def test_record_takes_each_matrix_from_the_runs_that_hold_it(tmp_path, capsys):
     meta = json.loads((bl / "sm90" / "other.json").read_text())
     assert meta["calibration"]["runs"] == 1 and meta["calibration"]["margin_max"] is None
     assert load_baseline(bl / "sm90").margins                 # synthetic's margins are there
+
+
+def test_record_refuses_runs_whose_matrix_was_measured_with_other_dispatcher_switches(
+        tmp_path, capsys):
+    """Each matrix is checked against its own recorded environment: one run of nox (the
+    dispatcher switches set) and one plain run (unset) are not one A/A pair."""
+    from harness.cli import main
+
+    rows = make_rows(ms=(1,), peers=())
+    for i, switch in enumerate(("1", "")):
+        env = Environment(arch="sm90", gpu_name="synthetic H200", commit="d" * 40,
+                          **_ids(f"GPU-{i}", f"boot-{i}"),
+                          extra={"tinyloop_use_marlin": switch})
+        write_run(tmp_path / f"r{i}", rows, RunMeta(matrix="synthetic", environment=env))
+    assert main(["baseline", "record", "--runs", str(tmp_path / "r0"), str(tmp_path / "r1"),
+                 "--root", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "dispatcher switch TINYLOOP_USE_MARLIN differs" in err and "\n" not in err
