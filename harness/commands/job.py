@@ -10,7 +10,8 @@ each matrix is gated on its own and stores its verdicts with its rows (``<matrix
 key ``gate``). At the end a table gives, per step: rows, verdict counts, exit code and
 the reason; the job's exit status is the worst step's (0 pass, 1 a failing verdict,
 2 an error that stopped a step). The summary is also written to ``job.json`` beside the
-results.
+results. ``--ab-confirm``: a matrix that failed on SLOWER rows has them measured again
+A/B on this machine against the baseline's commit (``harness.commands.ab_step``).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from rich.table import Table
 
 from ..errors import (
     EXIT_ERROR,
+    EXIT_FAIL,
     EXIT_NO_BASELINE,
     EXIT_PASS,
     EXIT_WRONG_RUNNER,
@@ -38,7 +40,8 @@ from ..errors import (
 from ..reports.gate_record import stored_exit_code
 from ..results.store import read_meta, read_rows
 from . import bench, ppl
-from .common import plain
+from .ab_step import ab_confirm_matrix
+from .common import plain, settings_from_args
 
 #: (step name, matrix) of the job, in order; ``--cpu``: the CPU paths on the smoke matrix
 #: and the g128 fixture (CPU timings are information: the gate there is accuracy,
@@ -85,6 +88,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="passed to harness bench: on a GPU of another arch exit 4, not 0")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
                    help="passed to harness bench (extra or wrapped paths); not to ppl")
+    p.add_argument("--ab-confirm", action="store_true",
+                   help="re-judge failing SLOWER rows A/B on this machine against the "
+                        "baseline's commit (git worktrees; docs/measurement.md §9)")
+    p.add_argument("--ab-rounds", type=int, default=3,
+                   help="interleaved rounds per side of the A/B confirmation (default 3)")
     p.set_defaults(func=run)
 
 
@@ -208,6 +216,12 @@ def run(args: argparse.Namespace) -> int:
         code, err = _run_step(["ppl", *ppl, *_common(args)])
         results.append(StepResult("ppl", "ppl", code, seconds=time.perf_counter() - t1, reason=err))
     run_dir = _run_dir(args, git_commit())
+    if args.ab_confirm and run_dir is not None:
+        settings = settings_from_args(args)
+        for r in results:
+            if r.step != "ppl" and r.exit_code == EXIT_FAIL:
+                ab_confirm_matrix(run_dir, r.matrix, baselines=args.baselines,
+                                  arch=run_dir.name, settings=settings, rounds=args.ab_rounds)
     for r in results:
         r.rows, r.verdicts, gate = _gate_record(run_dir, r.matrix) if run_dir else (0, {}, {})
         if r.step != "ppl" and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and gate:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ..config import Settings
 from ..errors import EXIT_ERROR, one_line, worst_exit
+from ..reports.ab_confirm import apply_ab, stored_ab
 from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import agreement
 from ..reports.markdown import text_table
@@ -114,6 +115,10 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
                       remeasure=stored_remeasure(stored.confirmations),
                       current_label=stored.label, baseline_label=base_label,
                       timing_reason=timing_reason)
+    if baseline:      # the job's same-machine A/B confirmations, stored per matrix
+        for matrix, meta in stored.metas.items():
+            if matrix not in skip:
+                result = apply_ab(result, stored_ab(meta))
     return StoredGate(with_env_warnings(result, env_warnings), base_env, tuple(absent),
                       tuple(refused))
 

@@ -1,0 +1,168 @@
+"""Same-machine A/B confirmation (``harness job --ab-confirm``): a stored-baseline SLOWER
+that is this machine's offset is cleared, a real slowdown is kept, an unusable A/B
+reading keeps the row failing, and ``harness report`` replays the stored record to the
+same verdicts. The A/B bench is a fake runner in a real git repository."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from harness.cli import main
+from harness.commands.ab_step import ab_confirm_matrix
+from harness.commands.revisions import BenchRequest
+from harness.config import load_settings
+from harness.reports.ab_confirm import ABRecord, ABRow, apply_ab, stored_ab
+from harness.reports.gate import evaluate
+from harness.reports.gate_record import write_gate_record
+from harness.reports.stats import with_samples
+from harness.reports.synthetic import make_rows, resample
+from harness.reports.verdicts import Verdict
+from harness.results.environment import Environment
+from harness.results.store import RunMeta, read_meta, write_run
+
+S = load_settings("default")
+BASE = make_rows(ms=(1, 16), seed=5, peers=())
+SLOW = {"marlin_asym": 1.06}         # the stored run reads marlin_asym 6% over the baseline
+
+
+def _gate(factor=SLOW):
+    return evaluate(resample(BASE, 3, factor=factor), BASE, S, current_label="cur")
+
+
+def _record(verdict: str, change: float = 0.002, matrix: str = "synthetic") -> ABRecord:
+    rows = tuple(ABRow(*v.key, verdict, change) for v in _gate().failures)
+    return ABRecord(matrix, "b" * 40, "c" * 40, 3, rows)
+
+
+def test_the_stored_gate_fails_marlin_asym_slower():
+    failing = _gate().failures
+    assert failing and {(v.verdict, v.path) for v in failing} == {(Verdict.SLOWER, "marlin_asym")}
+
+
+@pytest.mark.parametrize("verdict, exit_code, word", [
+    ("SAME", 0, "cleared by A/B"), ("FASTER", 0, "cleared by A/B"),
+    ("SLOWER", 1, "confirmed by A/B"), ("AMBIGUOUS", 1, "not cleared by A/B"),
+    ("MISSING", 1, "not cleared by A/B"),
+])
+def test_apply_ab_clears_only_on_a_same_or_faster_reading(verdict, exit_code, word):
+    result = _gate()
+    out = apply_ab(result, _record(verdict))
+    assert out.exit_code == exit_code
+    touched = [v for v in out.verdicts if v.path == "marlin_asym"]
+    assert touched and all(any(word in r for r in v.reasons) for v in touched)
+    assert "A/B on this machine" in out.notes[-1]
+    assert [v.key for v in out.verdicts if v.path != "marlin_asym"] == \
+           [v.key for v in result.verdicts if v.path != "marlin_asym"]
+
+
+def test_a_record_of_another_matrix_or_none_changes_nothing():
+    result = _gate()
+    assert apply_ab(result, None) is result
+    assert apply_ab(result, _record("SAME", matrix="other")).exit_code == 1
+
+
+def test_the_record_round_trips_and_a_malformed_one_is_one_line():
+    rec = replace(_record("SAME"), rows=_record("SAME").rows + (
+        ABRow("c", "p", "graph", "MISSING", math.nan),))
+    back = ABRecord.from_dict(rec.to_dict())
+    assert back.rows[:-1] == rec.rows[:-1] and math.isnan(back.rows[-1].change)
+    with pytest.raises(ValueError, match="synthetic.json: malformed 'ab_confirm'"):
+        ABRecord.from_dict({"rows": {"a|b": {}}}, "synthetic.json")
+
+
+# ------------------------------------------------------------ measured through git worktrees
+def _git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _repo(tmp_path, head_speed: str):
+    """Two commits: the baseline's (speed 1.00) and the current one (``head_speed``)."""
+    r = tmp_path / "repo"
+    r.mkdir()
+    _git(r, "init", "-q")
+    _git(r, "config", "user.email", "t@t")
+    _git(r, "config", "user.name", "t")
+    (r / "harness").mkdir()
+    (r / "harness" / "speed.txt").write_text("1.00\n")
+    _git(r, "add", ".")
+    _git(r, "commit", "-qm", "baseline")
+    (r / "harness" / "speed.txt").write_text(head_speed + "\n")
+    (r / "log.txt").write_text("next\n")
+    _git(r, "add", ".")
+    _git(r, "commit", "-qm", "current")
+    return r, _git(r, "rev-parse", "HEAD~1"), _git(r, "rev-parse", "HEAD")
+
+
+class ThisMachine:
+    """Benches a revision here: marlin_asym's time x the worktree's speed.txt, with this
+    machine's offset (x ``offset``) on every row of both revisions alike."""
+
+    def __init__(self, offset: float = 1.06):
+        self.offset, self.calls = offset, []
+
+    def __call__(self, req: BenchRequest) -> None:
+        self.calls.append(req)
+        speed = float((req.worktree / "harness" / "speed.txt").read_text())
+        rows = resample(BASE, seed=len(self.calls),
+                        factor={p: self.offset * (speed if p == "marlin_asym" else 1.0)
+                                for p in {r.path for r in BASE}})
+        rows = [with_samples(replace(r, commit=req.revision[:12]), r.samples()) for r in rows]
+        env = Environment(arch="sm90", gpu_name="synthetic H200", commit=req.revision[:12])
+        write_run(req.out_dir / req.revision[:12] / "sm90", rows,
+                  RunMeta(matrix="synthetic", commit=req.revision[:12], arch="sm90",
+                          environment=env))
+
+
+def _stored(tmp_path, base_sha: str, head_sha: str):
+    """baselines/sm90 recorded at ``base_sha`` on another machine; this machine's run of
+    ``head_sha`` stored with its gate record (marlin_asym failing SLOWER)."""
+    env = Environment(arch="sm90", gpu_name="synthetic H200", commit=base_sha[:12])
+    write_run(tmp_path / "acc" / "sm90", BASE, RunMeta(
+        matrix="synthetic", commit=base_sha[:12], arch="sm90", environment=env,
+        settings=S.to_dict()))
+    assert main(["baseline", "accept", str(tmp_path / "acc" / "sm90"),
+                 "--root", str(tmp_path / "baselines"), "--yes"]) == 0
+    run_dir = tmp_path / "results" / head_sha[:12] / "sm90"
+    cur = resample(BASE, 3, factor=SLOW)
+    write_run(run_dir, cur, RunMeta(matrix="synthetic", commit=head_sha[:12], arch="sm90",
+                                    environment=replace(env, commit=head_sha[:12]),
+                                    settings=S.to_dict()))
+    write_gate_record(run_dir / "synthetic.csv", evaluate(cur, BASE, S))
+    return run_dir
+
+
+@pytest.mark.parametrize("head_speed, exit_code", [("1.00", 0), ("1.05", 1)])
+def test_ab_confirm_clears_the_machine_offset_and_keeps_a_real_slowdown(
+        tmp_path, capsys, head_speed, exit_code):
+    repo, base_sha, head_sha = _repo(tmp_path, head_speed)
+    run_dir = _stored(tmp_path, base_sha, head_sha)
+    fake = ThisMachine()
+    code = ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, rounds=2, repo=repo, runner=fake,
+                             echo=lambda s: None)
+    assert code == exit_code
+    assert {c.revision for c in fake.calls} == {base_sha, head_sha}
+    assert all(c.paths == ("marlin_asym",) and c.filter for c in fake.calls)
+    rec = stored_ab(read_meta(run_dir / "synthetic.json"))
+    assert rec.baseline_commit == base_sha and rec.current_commit == head_sha
+    assert {r.verdict for r in rec.rows} == {"SAME" if exit_code == 0 else "SLOWER"}
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / "rep")]) == exit_code
+    assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
+
+
+def test_ab_confirm_says_why_when_the_baseline_commit_is_not_in_the_repository(tmp_path):
+    repo, base_sha, head_sha = _repo(tmp_path, "1.00")
+    run_dir = _stored(tmp_path, "d" * 40, head_sha)
+    said = []
+    assert ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, repo=repo, runner=ThisMachine(),
+                             echo=said.append) is None
+    assert len(said) == 1 and "A/B of synthetic not done, its verdicts stand" in said[0]
+    assert stored_ab(read_meta(run_dir / "synthetic.json")) is None
