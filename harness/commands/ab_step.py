@@ -12,6 +12,9 @@ Needs: the baseline's commit in this repository (CI: a full clone, e.g. actions/
 with ``fetch-depth: 0``) and no uncommitted change under ``harness/`` (the measured code
 must be a commit). When either is missing, the verdicts stand and one line says why.
 
+The run's ``--plugin`` files (its json's ``plugins``) are given to the current side only:
+what the run measured, planted slowdowns included, is what A/B measures on that side.
+
 Extension point: ``runner`` (a ``revisions.BenchRunner``) measures one revision's bench;
 tests pass a fake one.
 """
@@ -32,7 +35,13 @@ from ..reports.verdicts import GateResult, Verdict
 from ..results.baseline import baseline_dir, load_baseline
 from ..results.store import load_run, read_meta, write_meta
 from .compare import compare
-from .revisions import BenchRunner, case_filter, resolve_revision, subprocess_runner
+from .revisions import (
+    BenchRequest,
+    BenchRunner,
+    case_filter,
+    resolve_revision,
+    subprocess_runner,
+)
 
 
 def _dirty(repo: Path) -> bool:
@@ -40,6 +49,18 @@ def _dirty(repo: Path) -> bool:
     proc = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "harness"],
                           capture_output=True, text=True)
     return proc.returncode != 0 or bool(proc.stdout.strip())
+
+
+def current_side_plugins(runner: BenchRunner, plugins: tuple[str, ...]) -> BenchRunner:
+    """``runner`` with the run's own ``--plugin`` files given to the current side (B) only:
+    they were part of what the run measured (a planted slowdown, an extra path), and the
+    baseline's commit was measured without them."""
+    if not plugins:
+        return runner
+
+    def run(req: BenchRequest) -> None:
+        runner(replace(req, plugins=plugins) if req.label == "B" else req)
+    return run
 
 
 def stored_gate(run_dir: Path, matrix: str, baselines: str | Path, arch: str,
@@ -75,11 +96,13 @@ def ab_confirm_matrix(
         head = resolve_revision(repo, "HEAD")
         base = resolve_revision(repo, base_commit)
         rows = [v.current for v in slow if v.current is not None]
+        plugins = tuple(str(p) for p in read_meta(run_dir / f"{matrix}.json").extra
+                        .get("plugins", ()) or ())
         outcome = compare(base, head, settings, work_dir=run_dir / "ab" / matrix, repo=repo,
                           matrix=matrix, filter=case_filter(rows),
                           paths=sorted({v.path for v in slow}),
-                          modes=sorted({v.mode for v in slow}), rounds=rounds, runner=runner,
-                          echo=echo)
+                          modes=sorted({v.mode for v in slow}), rounds=rounds,
+                          runner=current_side_plugins(runner, plugins), echo=echo)
     except EXPECTED_ERRORS as exc:
         echo(f"harness job: A/B of {matrix} not done, its verdicts stand: {one_line(exc)}")
         return None

@@ -166,3 +166,20 @@ def test_ab_confirm_says_why_when_the_baseline_commit_is_not_in_the_repository(t
                              echo=said.append) is None
     assert len(said) == 1 and "A/B of synthetic not done, its verdicts stand" in said[0]
     assert stored_ab(read_meta(run_dir / "synthetic.json")) is None
+
+
+def test_the_runs_plugins_go_to_the_current_side_only(tmp_path):
+    """A run measured with --plugin (a planted slowdown) is A/B'd with that plugin on the
+    current commit's side: what the run measured is what A/B measures there."""
+    from harness.results.store import write_meta
+
+    repo, base_sha, head_sha = _repo(tmp_path, "1.00")
+    run_dir = _stored(tmp_path, base_sha, head_sha)
+    meta = read_meta(run_dir / "synthetic.json")
+    write_meta(run_dir / "synthetic.json",
+               replace(meta, extra={**meta.extra, "plugins": ["tests/planted/slow.py"]}))
+    fake = ThisMachine()
+    ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines", arch="sm90",
+                      settings=S, rounds=1, repo=repo, runner=fake, echo=lambda s: None)
+    sides = {(c.revision, c.plugins) for c in fake.calls}
+    assert sides == {(base_sha, ()), (head_sha, ("tests/planted/slow.py",))}
