@@ -10,10 +10,22 @@
 #   job2    a second process of the job on the same machine, results under aa2/
 #   report  `harness report` on each stored run against the committed baselines
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
+#   plantedjob  `harness job --steps gemm` with the planted slowdown (PLANT) and $JOB_ARGS
+#           (e.g. --ab-confirm), results under plantedjob/
+# NOX_ARGS / JOB_ARGS: extra arguments for the nox and job steps (e.g. --ab-confirm).
+# FROM_BUNDLE=1 with .bundle/repo.bundle (`git bundle create .bundle/repo.bundle --all`,
+# carried): run from a clone of it, a git repository (the device's copy has no .git; the
+# A/B confirmation and worktrees need one); HARNESS_COMMIT is then not needed.
 set -uo pipefail
 tag=${1:-run}
-out=${OUT:-device-out}
+out=${OUT:-$PWD/device-out}
 mkdir -p "$out"
+if [ -n "${FROM_BUNDLE:-}" ] && [ -f .bundle/repo.bundle ]; then
+  whl=$PWD/.whl
+  git clone -q .bundle/repo.bundle /tmp/repo-$tag && cd /tmp/repo-$tag || exit 2
+  if [ -d "$whl" ]; then ln -sfn "$whl" .whl; fi
+  unset HARNESS_COMMIT
+fi
 export PYTHONUNBUFFERED=1 HARNESS_BUILD_DIR=${HARNESS_BUILD_DIR:-/tmp/harness-build}
 # the dispatcher switches of `nox -s bench-sm90`, so every step measures what nox measures
 export TINYLOOP_USE_MARLIN=${TINYLOOP_USE_MARLIN:-1} HARNESS_MARLIN_SM90=${HARNESS_MARLIN_SM90:-1}
@@ -35,7 +47,7 @@ step() {  # name, then the command
 }
 steps=" ${STEPS:-nox parity planted} "
 step build python3 -c "from harness.kernels.build import extension, build_info; extension(); print(build_info())"
-[[ $steps == *" nox "* ]] && step nox python3 -m nox -s bench-sm90 -- --out "$res/aa" --no-progress \
+[[ $steps == *" nox "* ]] && step nox python3 -m nox -s bench-sm90 -- --out "$res/aa" --no-progress ${NOX_ARGS:-} \
   && tail -12 "$out/$tag-nox.log"
 [[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress \
   && tail -12 "$out/$tag-job2.log"
@@ -43,6 +55,9 @@ step build python3 -c "from harness.kernels.build import extension, build_info; 
 [[ $steps == *" planted "* ]] && step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
   --matrix production --mode graph --out "$res/planted" --no-progress ${PLANT_ARGS:---no-compare} \
   --plugin tests/planted/slowdown_plugin.py
+[[ $steps == *" plantedjob "* ]] && step plantedjob env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
+  python3 -m harness job --arch sm90 --steps gemm --out "$res/plantedjob" --no-progress \
+  --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-}
 # report: `harness report` on every stored run of this call, gated against the committed
 # baselines (the verdict agreement line is the check: report == bench, row for row)
 if [[ $steps == *" report "* ]]; then
