@@ -105,6 +105,13 @@ def compare_runs(
     holds one matrix, A's rows take B's matrix name, so two differently named matrices
     still pair up.
     """
+    for matrix in sorted(set(run_a.metas) & set(run_b.metas)):   # each matrix's own record
+        ma, mb = run_a.metas[matrix], run_b.metas[matrix]
+        check_gate_environment(ma.environment, mb.environment,
+                               measured_settings(ma.settings, ma.extra),
+                               measured_settings(mb.settings, mb.extra), strict=strict_env,
+                               what=f"A side ({a_label}, {matrix})",
+                               current=f"B side ({b_label}, {matrix})")
     env = check_gate_environment(run_a.environment, run_b.environment, side_settings(run_a),
                                  side_settings(run_b), strict=strict_env,
                                  what=f"A side ({a_label})", current=f"B side ({b_label})")

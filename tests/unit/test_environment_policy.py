@@ -377,3 +377,20 @@ def test_cpu_runs_on_another_processor_are_compared():
     gpu_a = Environment(arch="sm90", gpu_name="NVIDIA H200")
     with pytest.raises(IncompatibleBaselineError, match="GPU model differs"):
         check_environment(gpu_a, Environment(arch="sm90", gpu_name="NVIDIA H100 80GB HBM3"))
+
+
+def test_compare_checks_each_matrix_against_its_own_recorded_environment(tmp_path, capsys):
+    """A directory's matrices may come from different processes (nox's production beside
+    a plain parity run): compare refuses on the matrix whose switches differ, not only on
+    whichever json stands for the directory."""
+    rows = make_rows(ms=(1,), peers=())
+    plain = replace(ENV, extra={"tinyloop_use_marlin": ""})
+    nox = replace(ENV, extra={"tinyloop_use_marlin": "1"})
+    for side, prod_env in (("a", plain), ("b", nox)):
+        for matrix, env in (("aaa", plain), ("production", prod_env)):
+            write_run(tmp_path / side, [replace(r, matrix=matrix) for r in rows],
+                      RunMeta(matrix=matrix, environment=env, settings=SETTINGS))
+    assert main(["compare", str(tmp_path / "a"), str(tmp_path / "b"),
+                 "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "production" in err and "dispatcher switch TINYLOOP_USE_MARLIN differs" in err
