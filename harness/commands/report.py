@@ -92,7 +92,8 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
         if missing_ok:
             absent = [m for m in matrices if not (bdir / f"{m}.csv").is_file()]
             matrices = [m for m in matrices if m not in absent]
-        refused = _refused_matrices(stored, bdir, matrices, strict_env)
+        refused, env_warnings, timing_reason = _check_matrices(stored, bdir, matrices,
+                                                                strict_env)
         if refused and len(refused) == len(matrices):
             more = "; ".join(f"{m}: {why.split(': ', 1)[-1]}" for m, why in refused[1:])
             raise IncompatibleBaselineError(
@@ -100,9 +101,6 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
         matrices = [m for m in matrices if m not in dict(refused)]
         if matrices:
             base = load_baseline(bdir, matrices)
-            check = check_baseline_gate(base, stored.environment,
-                                        lambda m: run_settings(stored, m), strict=strict_env)
-            env_warnings, timing_reason = list(check.warnings), check.timing_reason
             for line in warning_lines(command, env_warnings):
                 print(line, file=sys.stderr)
             base_rows, margins = list(base.rows), base.margins
@@ -123,17 +121,25 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
                       tuple(refused))
 
 
-def _refused_matrices(stored: Run, bdir: Path, matrices, strict_env: bool) -> list:
-    """(matrix, one-line reason) for each matrix whose baseline refuses the comparison."""
-    out = []
-    for m in matrices:        # each matrix's own environment: one directory may hold the
+def _check_matrices(stored: Run, bdir: Path, matrices,
+                    strict_env: bool) -> tuple[list, list[str], str | None]:
+    """The environment policy per matrix, each against its own recorded environment (one
+    directory may hold the job's matrices beside a separate process's parity run):
+    (matrix, one-line reason) of each refused matrix, the others' warnings (once each)
+    and their first timing reason (another GPU model)."""
+    refused, warnings, timing = [], [], None
+    for m in matrices:
         env = stored.metas[m].environment if m in stored.metas else stored.environment
-        try:                  # job's matrices beside a separate process's parity run
-            check_baseline_gate(load_baseline(bdir, [m]), env,
-                                lambda name: run_settings(stored, name), strict=strict_env)
+        try:
+            check = check_baseline_gate(load_baseline(bdir, [m]), env,
+                                        lambda name: run_settings(stored, name),
+                                        strict=strict_env)
         except IncompatibleBaselineError as exc:
-            out.append((m, one_line(exc)))
-    return out
+            refused.append((m, one_line(exc)))
+            continue
+        warnings += [w for w in check.warnings if w not in warnings]
+        timing = timing or check.timing_reason
+    return refused, warnings, timing
 
 
 def run(args: argparse.Namespace) -> int:

@@ -394,3 +394,23 @@ def test_compare_checks_each_matrix_against_its_own_recorded_environment(tmp_pat
                  "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert "production" in err and "dispatcher switch TINYLOOP_USE_MARLIN differs" in err
+
+
+def test_report_gates_each_matrix_against_its_own_environment_only(tmp_path, capsys):
+    """A directory of a plain run of one matrix beside nox's run of another, each with a
+    baseline recorded the same way: both are gated (neither is judged by the other's
+    environment), exit 0."""
+    rows = make_rows(ms=(1,), peers=())
+    plain = replace(ENV, extra={"tinyloop_use_marlin": ""})
+    nox = replace(ENV, extra={"tinyloop_use_marlin": "1"})
+    for matrix, env in (("aaa", plain), ("production", nox)):
+        mrows = [replace(r, matrix=matrix) for r in rows]
+        write_run(tmp_path / "acc" / matrix / "sm90", mrows,
+                  RunMeta(matrix=matrix, environment=env, settings=SETTINGS))
+        assert main(["baseline", "accept", str(tmp_path / "acc" / matrix / "sm90"),
+                     "--root", str(tmp_path / "b"), "--yes"]) == 0
+        write_run(tmp_path / "both", mrows,
+                  RunMeta(matrix=matrix, environment=env, settings=SETTINGS))
+    capsys.readouterr()
+    assert main(["report", str(tmp_path / "both"), "--baseline", str(tmp_path / "b"),
+                 "--out", str(tmp_path / "rep")]) == 0, capsys.readouterr().err
