@@ -7,7 +7,9 @@
 #   parity  the parity and edges matrices (not gated), results under aa/
 #   planted a graph-mode production run with the planted 5% slowdown on $PLANT (default
 #           fp16_cache; PLANT_ARGS default --no-compare), results under planted/
+#   job     `harness job` (the main job as nox runs it, without nox's ~24 s start), under aa/
 #   job2    a second process of the job on the same machine, results under aa2/
+#   parity2 a second process of parity and edges, results under aa2/
 #   report  `harness report` on each stored run against the committed baselines
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
 #   plantedjob  `harness job --steps gemm` with the planted slowdown (PLANT) and $JOB_ARGS
@@ -49,9 +51,12 @@ steps=" ${STEPS:-nox parity planted} "
 step build python3 -c "from harness.kernels.build import extension, build_info; extension(); print(build_info())"
 [[ $steps == *" nox "* ]] && step nox python3 -m nox -s bench-sm90 -- --out "$res/aa" --no-progress ${NOX_ARGS:-} \
   && tail -12 "$out/$tag-nox.log"
+[[ $steps == *" job "* ]] && step job python3 -m harness job --arch sm90 --out "$res/aa" --no-progress \
+  ${JOB_ARGS:-} && tail -12 "$out/$tag-job.log"
 [[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress \
   && tail -12 "$out/$tag-job2.log"
 [[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare
+[[ $steps == *" parity2 "* ]] && step parity2 python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa2" --no-progress --no-compare
 [[ $steps == *" planted "* ]] && step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
   --matrix production --mode graph --out "$res/planted" --no-progress ${PLANT_ARGS:---no-compare} \
   --plugin tests/planted/slowdown_plugin.py
