@@ -88,6 +88,10 @@ class Settings:
         high=1.0, open_low=True, open_high=True)
     noise_margin_floor: float = _setting(
         0.01, "a baseline's per-case noise margin is never below this")
+    ab_screen: float = _setting(
+        0.02, "A/B screen: a gated row whose median moved beyond this (Mann-Whitney "
+        "significant) against the stored baseline is measured A/B on this machine",
+        open_low=True, high=1.0, stored_default=0.02)
     ppl_drift_tolerance: float = _setting(
         0.01, "relative perplexity drift allowed against the baseline")
     warmup_ms: float = _setting(

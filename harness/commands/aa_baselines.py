@@ -177,10 +177,13 @@ def record(
 
 
 def lomo_table(run_paths: Sequence[str | Path], settings: Settings, *, coverage: float,
-               prior_df: float, planted: float, modes: Sequence[str]) -> tuple[list[str], bool]:
+               prior_df: float, planted: float, modes: Sequence[str],
+               screen: float | None = None) -> tuple[list[str], bool]:
     """The leave-one-machine-out check as printable lines, and whether it held: no false
     SLOWER in any held-out run and each planted slowdown caught in >= 95% of its rows with
-    no other row failing."""
+    no other row failing. With ``screen`` (the job's A/B confirmation): the lines also
+    count the rows its screen sends to A/B, and "caught" is judged on them (A/B on one
+    machine decides a screened row; an unchanged build is cleared there)."""
     all_runs = _load_aa_runs(run_paths)
     lines = [f"leave-one-machine-out: {len(all_runs)} run directories on "
              f"{len(set(machines_of([r.environment for r in all_runs])))} machine(s), "
@@ -191,17 +194,26 @@ def lomo_table(run_paths: Sequence[str | Path], settings: Settings, *, coverage:
         machines = machines_of([r.environment for r in runs])
         per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
         held = leave_one_machine_out(per_run, machines, settings, coverage=coverage,
-                                     prior_df=prior_df, planted=planted, gate_modes=modes)
+                                     prior_df=prior_df, planted=planted, gate_modes=modes,
+                                     screen=screen)
         if not held:
             lines.append(f"{matrix}: fewer than 3 machines' worth of runs; nothing held out")
             ok = False
         for h in held:
             plants = "; ".join(f"{p} {c}/{n}" + (f" (+{o} other)" if o else "")
                                for p, (c, n, o) in h.planted.items())
-            lines.append(f"{matrix} held out {h.machine[:24]} run {h.run}: {h.gated} rows, "
-                         f"false SLOWER {h.false_slower}, FASTER {h.faster}, "
-                         "worst change/threshold "
-                         f"{h.worst_ratio:.2f}; planted caught: {plants}")
-            ok &= h.false_slower == 0 and all(o == 0 and (n == 0 or c >= 0.95 * n)
-                                              for c, n, o in h.planted.values())
+            line = (f"{matrix} held out {h.machine[:24]} run {h.run}: {h.gated} rows, "
+                    f"false SLOWER {h.false_slower}, FASTER {h.faster}, "
+                    f"worst change/threshold {h.worst_ratio:.2f}; planted caught: {plants}")
+            if screen is None:
+                ok &= h.false_slower == 0 and all(o == 0 and (n == 0 or c >= 0.95 * n)
+                                                  for c, n, o in h.planted.values())
+            else:
+                shown = "; ".join(f"{p} {h.planted_screened.get(p, 0)}/{n}"
+                                  for p, (_, n, _) in h.planted.items())
+                line += (f" | A/B screen {screen:.1%}: {h.screened} unchanged row(s) to A/B; "
+                         f"planted screened: {shown}")
+                ok &= all(n == 0 or h.planted_screened.get(p, 0) >= 0.95 * n
+                          for p, (_, n, _) in h.planted.items())
+            lines.append(line)
     return lines, ok

@@ -92,6 +92,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                            help="planted slowdown checked on each held-out run (default 0.05)")
             c.add_argument("--modes", default="graph",
                            help="modes whose speed gates (default graph)")
+            c.add_argument("--ab-screen", action="store_true",
+                           help="judge as `harness job` does with its A/B confirmation: "
+                                "count the rows its ab_screen sends to A/B, and call a "
+                                "planted row caught when it is screened")
         add_settings_args(c)
         c.set_defaults(func=func)
     s = bsub.add_parser("show", help="print a baseline's environment, rows and margins")
@@ -134,8 +138,10 @@ def run_record(args: argparse.Namespace) -> int:
 def run_lomo(args: argparse.Namespace) -> int:
     """Print the leave-one-machine-out table; exit 1 when a held-out run had a false alarm
     or a planted slowdown was caught in fewer than 95% of its rows."""
-    lines, ok = lomo_table(args.runs, settings_from_args(args), coverage=args.coverage,
-                           prior_df=args.prior_df, planted=args.planted, modes=csv_list(args.modes))
+    settings = settings_from_args(args)
+    lines, ok = lomo_table(args.runs, settings, coverage=args.coverage,
+                           prior_df=args.prior_df, planted=args.planted, modes=csv_list(args.modes),
+                           screen=settings.ab_screen if args.ab_screen else None)
     print("\n".join(lines))
     return 0 if ok else 1
 

@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from ..config import Settings
 from ..errors import CompareError
+from ..reports.ab_confirm import apply_ab, record_for
 from ..reports.comparison import compare_runs, pool_rows, round_margins
 from ..reports.gate import stored_remeasure
 from ..reports.markdown import text_table
@@ -209,4 +210,8 @@ def compare(
             a_label=a.label, b_label=b.label, margins=margins, a_stored=a.run is not None,
             remeasure=remeasure, strict_env=strict_env, echo=echo,
             notes=(f"noise margins from {rounds} interleaved rounds per side (A/A spread)",))
+        if a.run is not None and b.run is not None:
+            # a stored run against its stored baseline: replay the job's A/B readings
+            for meta in b.run.metas.values():
+                result = apply_ab(result, record_for(meta, a.run.environment.commit))
     return CompareOutcome(result, tuple(a_rows), tuple(b_rows), a, b)

@@ -10,8 +10,10 @@ each matrix is gated on its own and stores its verdicts with its rows (``<matrix
 key ``gate``). At the end a table gives, per step: rows, verdict counts, exit code and
 the reason; the job's exit status is the worst step's (0 pass, 1 a failing verdict,
 2 an error that stopped a step). The summary is also written to ``job.json`` beside the
-results. ``--ab-confirm``: a matrix that failed on SLOWER rows has them measured again
-A/B on this machine against the baseline's commit (``harness.commands.ab_step``).
+results. A/B confirmation (on by default, ``--no-ab-confirm`` skips it): a gated matrix's
+SLOWER rows, and its rows that moved beyond the ``ab_screen`` setting inside their
+margin, are measured again A/B on this machine against the baseline's commit, and that
+reading is their verdict (``harness.commands.ab_step``).
 """
 
 from __future__ import annotations
@@ -88,9 +90,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="passed to harness bench: on a GPU of another arch exit 4, not 0")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
                    help="passed to harness bench (extra or wrapped paths); not to ppl")
-    p.add_argument("--ab-confirm", action="store_true",
-                   help="re-judge failing SLOWER rows A/B on this machine against the "
-                        "baseline's commit (git worktrees; docs/measurement.md §9)")
+    p.add_argument("--ab-confirm", action=argparse.BooleanOptionalAction, default=True,
+                   help="re-judge SLOWER rows, and gated rows that moved beyond the "
+                        "ab_screen setting, A/B on this machine against the baseline's "
+                        "commit (git worktrees; on by default; docs/measurement.md §9)")
     p.add_argument("--ab-rounds", type=int, default=3,
                    help="interleaved rounds per side of the A/B confirmation (default 3)")
     p.set_defaults(func=run)
@@ -219,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ab_confirm and run_dir is not None:
         settings = settings_from_args(args)
         for r in results:
-            if r.step != "ppl" and r.exit_code == EXIT_FAIL:
+            if r.step != "ppl" and r.exit_code in (EXIT_PASS, EXIT_FAIL):
                 ab_confirm_matrix(run_dir, r.matrix, baselines=args.baselines,
                                   arch=run_dir.name, settings=settings, rounds=args.ab_rounds)
     for r in results:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..config import Settings
 from ..errors import EXIT_ERROR, one_line, worst_exit
-from ..reports.ab_confirm import apply_ab, stored_ab
+from ..reports.ab_confirm import apply_ab, record_for
 from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import agreement
 from ..reports.markdown import text_table
@@ -113,10 +113,10 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
                       remeasure=stored_remeasure(stored.confirmations),
                       current_label=stored.label, baseline_label=base_label,
                       timing_reason=timing_reason)
-    if baseline:      # the job's same-machine A/B confirmations, stored per matrix
+    if baseline and base_env is not None:   # the job's same-machine A/B readings, per matrix
         for matrix, meta in stored.metas.items():
             if matrix not in skip:
-                result = apply_ab(result, stored_ab(meta))
+                result = apply_ab(result, record_for(meta, base_env.commit))
     return StoredGate(with_env_warnings(result, env_warnings), base_env, tuple(absent),
                       tuple(refused))
 

@@ -8,9 +8,11 @@ rows. An A/B run removes the machine from the comparison: the baseline's own com
 the current one are measured here, interleaved, in git worktrees (``harness compare``),
 and only their difference is judged.
 
-``harness job --ab-confirm`` does it for the rows the stored-baseline gate failed as
-SLOWER. This module is the pure part, shared by the job (which measures) and by
-``harness report`` / ``harness merge`` (which replay it from the run's json):
+``harness job`` does it (``harness.commands.ab_step``) for the rows the stored-baseline
+gate failed as SLOWER and for the gated rows that moved beyond the ``ab_screen`` setting
+inside their margin. This module is the pure part, shared by the job (which measures) and
+by ``harness report`` / ``harness compare`` / ``harness merge`` (which replay it from the
+run's json):
 
 * ``ABRecord``: the baseline commit, the commit measured against it, the rounds, and per
   row the A/B verdict and median change; stored in ``<matrix>.json`` under
@@ -18,7 +20,12 @@ SLOWER. This module is the pure part, shared by the job (which measures) and by
 * ``apply_ab(result, record)``: a failing SLOWER row whose A/B verdict is SLOWER stays
   (the A/B evidence added to its reasons), and so does one whose A/B reading is not
   usable (AMBIGUOUS, MISSING, ERROR); an A/B SAME or FASTER clears it to SAME, its
-  reasons saying what A/B read. Rows without an A/B record are untouched.
+  reasons saying what A/B read. A SAME row (inside its cross-machine margin) that A/B
+  reads SLOWER becomes a failing SLOWER ("found by the A/B screen"); with any other A/B
+  reading it stays SAME, the reading added to its reasons. Rows without an A/B record
+  are untouched;
+* ``record_for(meta, baseline_commit)``: the stored record, only when it was measured
+  against that baseline's commit (another baseline gets the plain gate).
 """
 
 from __future__ import annotations
@@ -27,7 +34,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from .gate import _order
+from collections import defaultdict
+from collections.abc import Sequence
+
+from ..config import Settings
+from ..results.schema import Key, ResultRow
+from .gate import _order, evaluate, row_fails
+from .stats import median
 from .verdicts import GateResult, Verdict
 
 AB_KEY = "ab_confirm"
@@ -89,10 +102,53 @@ class ABRecord:
             raise ValueError(f"{source}: malformed '{AB_KEY}' record ({exc})") from None
 
 
+def screen_keys(current: Sequence[ResultRow], baseline: Sequence[ResultRow],
+                settings: Settings, *, partial: bool = False) -> set[Key]:
+    """The gated rows A/B must decide, against a baseline from another machine:
+
+    * a row whose median moved beyond ``settings.ab_screen`` (Mann-Whitney significant),
+      whatever its cross-machine margin: the gate with min_effect = ab_screen, no margins;
+    * every gated row of a (path, mode) whose median change over its rows is beyond
+      ``ab_screen``: a path-wide move (a launch more, a slower kernel) is what most
+      slowdowns look like, while an unchanged build moves a path by the machine's own
+      offset (H200s: under 1% at the median, up to 5% on single small rows; §9).
+    """
+    loose = replace(settings, min_effect=settings.ab_screen)
+    res = evaluate(current, baseline, loose, margins={}, partial=partial)
+    keys = {v.key for v in res.failures if v.verdict == Verdict.SLOWER}
+    by_path: dict[tuple[str, str], list] = defaultdict(list)
+    for v in res.verdicts:
+        if (v.current is not None and v.baseline is not None and v.current.status == "ok"
+                and v.baseline.status == "ok" and math.isfinite(v.time_change)
+                and row_fails(Verdict.SLOWER, v.current.role, v.mode, settings)):
+            by_path[(v.path, v.mode)].append(v)
+    for rows in by_path.values():
+        if median([v.time_change for v in rows]) > settings.ab_screen:
+            keys |= {v.key for v in rows}
+    return keys
+
+
 def stored_ab(meta) -> ABRecord | None:
     """The A/B record a run's matrix json holds (``RunMeta.extra``), or None."""
     raw = getattr(meta, "extra", {}).get(AB_KEY)
     return ABRecord.from_dict(raw, getattr(meta, "matrix", AB_KEY)) if raw else None
+
+
+def same_commit(a: str, b: str) -> bool:
+    """Two commit ids name one commit (full or abbreviated, >= 7 hex digits)."""
+    a, b = a.strip().lower(), b.strip().lower()
+    n = min(len(a), len(b))
+    return n >= 7 and a[:n] == b[:n]
+
+
+def record_for(meta, baseline_commit: str) -> ABRecord | None:
+    """``stored_ab(meta)`` when it was measured against ``baseline_commit`` (the baseline
+    being replayed), else None: an A/B reading against one commit says nothing about
+    another baseline."""
+    record = stored_ab(meta)
+    if record is None or not same_commit(record.baseline_commit, baseline_commit):
+        return None
+    return record
 
 
 def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
@@ -102,13 +158,25 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
     by_key = {r.key: r for r in record.rows}
     against = f"A/B on this machine, {record.rounds} interleaved round(s), against " \
               f"{record.baseline_commit[:12]}"
-    out, cleared, kept = [], 0, 0
+    out, cleared, kept, found = [], 0, 0, 0
     for v in result.verdicts:
         ab = by_key.get(v.key) if v.matrix == record.matrix else None
-        if ab is None or v.verdict != Verdict.SLOWER or not v.fails:
+        if ab is None:
             out.append(v)
             continue
         said = f"{against}: {ab.change:+.2%} ({ab.verdict})"
+        if v.verdict == Verdict.SAME and not v.fails and v.current is not None:
+            if ab.verdict == Verdict.SLOWER.value:      # inside the margin, slower here
+                out.append(replace(v, verdict=Verdict.SLOWER, fails=True, reasons=v.reasons + (
+                    f"found by the A/B screen (moved {v.time_change:+.2%} against the stored "
+                    f"baseline) and confirmed by {said}",)))
+                found += 1
+            else:
+                out.append(replace(v, reasons=v.reasons + (f"A/B screen: {said}",)))
+            continue
+        if v.verdict != Verdict.SLOWER or not v.fails:
+            out.append(v)
+            continue
         if ab.verdict not in CLEARING:        # SLOWER, or no usable A/B reading
             how = "confirmed by" if ab.verdict == Verdict.SLOWER.value else "not cleared by"
             out.append(replace(v, reasons=v.reasons + (f"{how} {said}",)))
@@ -118,7 +186,7 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
                                reasons=v.reasons + (f"cleared by {said}: the stored "
                                                     "baseline's offset is the machine's",)))
             cleared += 1
-    note = (f"{against}: {kept} SLOWER row(s) kept, {cleared} cleared "
-            f"(docs/measurement.md §9)")
+    note = (f"{against}: {kept} SLOWER row(s) kept, {cleared} cleared, {found} found "
+            f"by the A/B screen (docs/measurement.md §9)")
     return replace(result, verdicts=tuple(sorted(out, key=_order)),
                    notes=result.notes + (note,))

@@ -30,11 +30,12 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..results.schema import Key, ResultRow
+from .ab_confirm import screen_keys
 from .gate import evaluate
 from .stats import with_samples
 from .verdicts import Verdict
@@ -197,18 +198,27 @@ class HoldOut:
     faster: int                     # FASTER verdicts of the unchanged build (do not fail)
     worst_ratio: float              # max over rows of (change / threshold)
     planted: Mapping[str, tuple[int, int, int]]   # path -> (caught, affected, other rows failing)
+    screened: int = 0               # rows of the unchanged build the A/B screen sends to A/B
+    planted_screened: Mapping[str, int] = field(default_factory=dict)  # path -> affected rows
 
 
 def leave_one_machine_out(
     runs: Sequence[Sequence[ResultRow]], machines: Sequence[str], settings, *,
     coverage: float = DEFAULT_COVERAGE, prior_df: float = DEFAULT_PRIOR_DF,
-    planted: float = 0.05, gate_modes: Sequence[str] = ("graph",),
+    planted: float = 0.05, gate_modes: Sequence[str] = ("graph",), screen: float | None = None,
 ) -> list[HoldOut]:
     """For each machine X: baseline rows (``medoid_rows``) and margins (``spreads``) from
     the runs of the other machines; each run of X gated against them (speed verdicts in
     ``gate_modes``), then again with every sample of one path at a time multiplied by
     ``1 + planted`` (a planted slowdown): how many of that path's gated rows fail SLOWER,
-    and how many other rows fail."""
+    and how many other rows fail. ``screen`` (the ``ab_screen`` setting): also count the
+    rows the job's A/B screen would send to a same-machine A/B (moved beyond ``screen``,
+    no margins), of the unchanged build and of each planted path."""
+    screened = (replace(settings, ab_screen=screen) if screen else None)
+
+    def flagged(rows, base) -> list[Key]:
+        return (sorted(screen_keys(rows, base, screened, partial=True))
+                if screened is not None else [])
     out: list[HoldOut] = []
     for x in dict.fromkeys(machines):
         train = [i for i, m in enumerate(machines) if m != x]
@@ -227,10 +237,12 @@ def leave_one_machine_out(
             ratios = [v.time_change / v.threshold for v in speed
                       if math.isfinite(v.time_change) and v.threshold > 0]
             plants: dict[str, tuple[int, int, int]] = {}
+            plant_screened: dict[str, int] = {}
             for path in sorted({r.path for r in cur if r.role == "path" and r.status == "ok"}):
                 slowed = [with_samples(r, [s * (1 + planted) for s in r.samples()])
                           if r.path == path and r.status == "ok" and r.samples() else r
                           for r in cur]
+                plant_screened[path] = sum(k[1] == path for k in flagged(slowed, base))
                 pres = evaluate(slowed, base, settings, margins=margins, partial=True)
                 hit = [v for v in pres.verdicts if v.path == path and v.baseline is not None
                        and v.baseline.status == "ok" and v.current is not None
@@ -244,5 +256,6 @@ def leave_one_machine_out(
                 gated=len(speed),
                 false_slower=sum(v.verdict == Verdict.SLOWER and v.fails for v in speed),
                 faster=sum(v.verdict == Verdict.FASTER for v in speed),
-                worst_ratio=max(ratios) if ratios else math.nan, planted=plants))
+                worst_ratio=max(ratios) if ratios else math.nan, planted=plants,
+                screened=len(flagged(cur, base)), planted_screened=plant_screened))
     return out

@@ -15,7 +15,15 @@ from harness.cli import main
 from harness.commands.ab_step import ab_confirm_matrix
 from harness.commands.revisions import BenchRequest
 from harness.config import load_settings
-from harness.reports.ab_confirm import ABRecord, ABRow, apply_ab, stored_ab
+from harness.reports.ab_confirm import (
+    ABRecord,
+    ABRow,
+    apply_ab,
+    record_for,
+    same_commit,
+    screen_keys,
+    stored_ab,
+)
 from harness.reports.gate import evaluate
 from harness.reports.gate_record import write_gate_record
 from harness.reports.stats import with_samples
@@ -118,9 +126,10 @@ class ThisMachine:
                           environment=env))
 
 
-def _stored(tmp_path, base_sha: str, head_sha: str):
+def _stored(tmp_path, base_sha: str, head_sha: str, factor=SLOW):
     """baselines/sm90 recorded at ``base_sha`` on another machine; this machine's run of
-    ``head_sha`` stored with its gate record (marlin_asym failing SLOWER)."""
+    ``head_sha`` stored with its gate record (marlin_asym x ``factor``: failing SLOWER at
+    the default 6%)."""
     env = Environment(arch="sm90", gpu_name="synthetic H200", commit=base_sha[:12])
     write_run(tmp_path / "acc" / "sm90", BASE, RunMeta(
         matrix="synthetic", commit=base_sha[:12], arch="sm90", environment=env,
@@ -128,7 +137,7 @@ def _stored(tmp_path, base_sha: str, head_sha: str):
     assert main(["baseline", "accept", str(tmp_path / "acc" / "sm90"),
                  "--root", str(tmp_path / "baselines"), "--yes"]) == 0
     run_dir = tmp_path / "results" / head_sha[:12] / "sm90"
-    cur = resample(BASE, 3, factor=SLOW)
+    cur = resample(BASE, 3, factor=factor)
     write_run(run_dir, cur, RunMeta(matrix="synthetic", commit=head_sha[:12], arch="sm90",
                                     environment=replace(env, commit=head_sha[:12]),
                                     settings=S.to_dict()))
@@ -164,7 +173,7 @@ def test_ab_confirm_says_why_when_the_baseline_commit_is_not_in_the_repository(t
     assert ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
                              arch="sm90", settings=S, repo=repo, runner=ThisMachine(),
                              echo=said.append) is None
-    assert len(said) == 1 and "A/B of synthetic not done, its verdicts stand" in said[0]
+    assert "A/B of synthetic not done, its verdicts stand" in said[-1]
     assert stored_ab(read_meta(run_dir / "synthetic.json")) is None
 
 
@@ -183,3 +192,77 @@ def test_the_runs_plugins_go_to_the_current_side_only(tmp_path):
                       settings=S, rounds=1, repo=repo, runner=fake, echo=lambda s: None)
     sides = {(c.revision, c.plugins) for c in fake.calls}
     assert sides == {(base_sha, ()), (head_sha, ("tests/planted/slow.py",))}
+
+
+@pytest.mark.parametrize("head_speed, exit_code", [("1.00", 0), ("1.05", 1)])
+def test_the_screen_sends_a_row_inside_its_margin_to_ab_and_ab_decides(
+        tmp_path, capsys, head_speed, exit_code):
+    """marlin_asym reads +2.5% against the stored baseline: inside the 3% threshold (SAME,
+    exit 0 on the cross-machine gate) but beyond the 2% screen, so it is measured A/B.
+    A real 5% there makes it a failing SLOWER ("found by the A/B screen"); an unchanged
+    build leaves it SAME. report and compare replay the same verdicts."""
+    repo, base_sha, head_sha = _repo(tmp_path, head_speed)
+    run_dir = _stored(tmp_path, base_sha, head_sha, factor={"marlin_asym": 1.025})
+    gate = read_meta(run_dir / "synthetic.json").extra["gate"]
+    assert gate["exit_code"] == 0
+    fake = ThisMachine(offset=1.025)
+    code = ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, rounds=2, repo=repo, runner=fake,
+                             echo=lambda s: None)
+    assert code == exit_code
+    rec = stored_ab(read_meta(run_dir / "synthetic.json"))
+    assert rec.rows and {r.path for r in rec.rows} == {"marlin_asym"}
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / "rep")]) == exit_code
+    out = capsys.readouterr().out
+    assert "verdicts agree with the bench's stored gate on all" in out
+    assert main(["compare", str(tmp_path / "baselines" / "sm90"), str(run_dir),
+                 "--out", str(tmp_path / "cmp")]) == exit_code
+    for written in (tmp_path / "rep" / "report.csv", tmp_path / "cmp" / "compare.csv"):
+        text = written.read_text()
+        assert ("found by the A/B screen" in text) == bool(exit_code)
+        assert "A/B screen: A/B on this machine" in text or exit_code
+
+
+def test_nothing_moved_nothing_measured(tmp_path):
+    """A run within the screen of its baseline: no A/B bench is started."""
+    repo, base_sha, head_sha = _repo(tmp_path, "1.00")
+    run_dir = _stored(tmp_path, base_sha, head_sha, factor={})
+    fake = ThisMachine()
+    assert ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, repo=repo, runner=fake,
+                             echo=lambda s: None) is None
+    assert fake.calls == []
+
+
+def test_a_record_applies_only_to_the_baseline_it_was_measured_against():
+    meta = RunMeta(matrix="synthetic", commit="c" * 12, arch="sm90",
+                   extra={"ab_confirm": _record("SAME").to_dict()})
+    assert record_for(meta, "b" * 12) is not None
+    assert record_for(meta, "e" * 12) is None
+    assert same_commit("abcdef1234", "ABCDEF1") and not same_commit("abc", "abc")
+
+
+def _moved(changes: dict) -> list:
+    """BASE with each key's samples x (1 + change) (key -> change)."""
+    return [with_samples(r, [s * (1 + changes[r.key]) for s in r.samples()])
+            if r.key in changes else r for r in BASE]
+
+
+def test_the_screen_flags_rows_beyond_it_and_every_row_of_a_path_that_moved_as_a_whole():
+    asym = [r.key for r in BASE if r.path == "marlin_asym" and r.status == "ok"]
+    assert len(asym) >= 4
+    # 60% of marlin_asym's rows +4%, the rest unchanged: the path's median moved +4%
+    moved = {k: (0.04 if i < 0.6 * len(asym) else 0.0) for i, k in enumerate(asym)}
+    keys = screen_keys(_moved(moved), BASE, S)
+    assert set(asym) <= keys                      # the unchanged 40% too (path-wide move)
+    assert all(k[1] == "marlin_asym" for k in keys)
+    # one row +4%, the path's median unchanged: that row only
+    one = screen_keys(_moved({asym[0]: 0.04}), BASE, S)
+    assert one == {asym[0]}
+    # +1.5% everywhere (inside the 2% screen), and nothing moved: nothing to A/B
+    assert screen_keys(_moved({k: 0.015 for k in asym}), BASE, S) == set()
+    assert screen_keys(BASE, BASE, S) == set()
+    # a wider screen lets the 4% path through
+    assert screen_keys(_moved(moved), BASE, replace(S, ab_screen=0.05)) == set()

@@ -212,3 +212,18 @@ def test_record_refuses_runs_whose_matrix_was_measured_with_other_dispatcher_swi
                  "--root", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip()
     assert "dispatcher switch TINYLOOP_USE_MARLIN differs" in err and "\n" not in err
+
+
+def test_the_ab_screen_catches_a_planted_path_where_wide_margins_cannot():
+    """Per-(row, machine) offsets of 2% (what fp16_cache's ~10 us rows showed between
+    H200s): margins that hold them miss a planted 5% on many rows; the job's A/B screen
+    (rows beyond 2%, and every row of a path whose median moved) sends every planted row
+    to A/B and only a few unchanged ones."""
+    runs, labels = _fleet(machines=4, per_machine=1, offset_sd=0.02, seed=7)
+    held = leave_one_machine_out(runs, labels, S, planted=0.05, screen=0.02)
+    missed = sum(a - c for h in held for c, a, _ in h.planted.values())
+    assert missed > 0                              # the cross-machine gate alone
+    for h in held:
+        for path, (_, affected, _) in h.planted.items():
+            assert h.planted_screened[path] == affected
+        assert h.screened < 0.25 * h.gated
