@@ -12,9 +12,12 @@
 #   parity2 a second process of parity and edges, results under aa2/
 #   report  `harness report` on each stored run against the committed baselines
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
-#   plantedjob  `harness job --steps gemm` with the planted slowdown (PLANT) and $JOB_ARGS
-#           (e.g. --ab-confirm), results under plantedjob/
-# NOX_ARGS / JOB_ARGS: extra arguments for the nox and job steps (e.g. --ab-confirm).
+#   plantedjob  `harness job --steps gemm` with the planted slowdown (PLANT) and $JOB_ARGS,
+#           results under plantedjob/ (the job's A/B confirmation, on by default, measures
+#           the flagged rows against the baseline's commit: needs FROM_BUNDLE)
+# NOX_ARGS / JOB_ARGS: extra arguments for the nox and job steps. Calibration runs (A/A
+# material for `harness baseline record`) want JOB_ARGS=--no-ab-confirm: against an old
+# baseline the A/B would only cost time.
 # FROM_BUNDLE=1 with .bundle/repo.bundle (`git bundle create .bundle/repo.bundle --all`,
 # carried): run from a clone of it, a git repository (the device's copy has no .git; the
 # A/B confirmation and worktrees need one); HARNESS_COMMIT is then not needed.
@@ -53,7 +56,7 @@ step build python3 -c "from harness.kernels.build import extension, build_info; 
   && tail -12 "$out/$tag-nox.log"
 [[ $steps == *" job "* ]] && step job python3 -m harness job --arch sm90 --out "$res/aa" --no-progress \
   ${JOB_ARGS:-} && tail -12 "$out/$tag-job.log"
-[[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress \
+[[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress ${JOB_ARGS:-} \
   && tail -12 "$out/$tag-job2.log"
 [[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare
 [[ $steps == *" parity2 "* ]] && step parity2 python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa2" --no-progress --no-compare
