@@ -223,8 +223,13 @@ def run(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
         for r in results:
             if r.step != "ppl" and r.exit_code in (EXIT_PASS, EXIT_FAIL):
-                ab_confirm_matrix(run_dir, r.matrix, baselines=args.baselines,
-                                  arch=run_dir.name, settings=settings, rounds=args.ab_rounds)
+                try:
+                    ab_confirm_matrix(run_dir, r.matrix, baselines=args.baselines,
+                                      arch=run_dir.name, settings=settings,
+                                      rounds=args.ab_rounds)
+                except EXPECTED_ERRORS as exc:   # e.g. an unreadable stored run or baseline
+                    print(f"harness job: A/B of {r.matrix} not done, its verdicts stand: "
+                          f"{one_line(exc)}")
     for r in results:
         r.rows, r.verdicts, gate = _gate_record(run_dir, r.matrix) if run_dir else (0, {}, {})
         if r.step != "ppl" and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and gate:

@@ -102,6 +102,15 @@ def test_a_cpu_job_with_informational_slower_rows_passes(tmp_path, monkeypatch):
     loaded: list[dict] = []
     monkeypatch.setattr(bench_command, "_PLUGIN_NAMESPACES", loaded)
     monkeypatch.setenv("HARNESS_PLANT_PATH", "native_int4")
+    from harness.commands import job as job_command
+    asked: list[tuple[str, object]] = []
+
+    def ab(run_dir, matrix, **kw):      # the job's A/B step runs on a passing matrix too
+        got = real_ab(run_dir, matrix, **kw)
+        asked.append((matrix, got))
+        return got
+    real_ab = job_command.ab_confirm_matrix
+    monkeypatch.setattr(job_command, "ab_confirm_matrix", ab)
     try:
         code = main(["job", "--cpu", "--out", str(tmp_path / "r2"), "--baselines", str(bl),
                      "--no-progress", "--steps", "gemm", "--plugin", plugin,
@@ -113,3 +122,4 @@ def test_a_cpu_job_with_informational_slower_rows_passes(tmp_path, monkeypatch):
     gate = json.loads((run / "smoke.json").read_text())["gate"]
     assert "SLOWER" in gate["verdicts"].values()           # the plant shows, as information
     assert gate["exit_code"] == 0 and gate["failing"] == {} and code == EXIT_PASS
+    assert asked == [("smoke", None)]    # CPU speed is information: nothing to confirm
