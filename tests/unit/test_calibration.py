@@ -146,6 +146,12 @@ def test_record_names_runs_by_commit_gpu_and_date(tmp_path, capsys):
     assert len(base.margins) == len([r for r in runs[0] if r.status == "ok"])
     assert main(["baseline", "lomo", "--runs", *paths]) == 0
     assert "held out" in capsys.readouterr().out
+    assert main(["baseline", "lomo", "--runs", *paths, "--ab-screen"]) == 0
+    assert "A/B screen 2.0%" in capsys.readouterr().out
+    # a matrix without rows in the gating modes is said once, and nothing checked fails
+    assert main(["baseline", "lomo", "--runs", *paths, "--modes", "cold"]) == 1
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        "synthetic: no rows in modes cold (its modes: graph); not checked"]
 
 
 def test_record_refuses_runs_of_two_commits(tmp_path, capsys):
