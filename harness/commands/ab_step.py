@@ -51,6 +51,18 @@ from .revisions import (
 )
 
 
+#: Rows of a path derived for a SwiGLU pair are measured through the registered path they
+#: come from (``kernels.swiglu_pair.paths_for_case``): ``harness bench --paths`` takes
+#: registered names only, at any commit. Kept torch-free here; a test holds it equal to
+#: what ``paths_for_case`` derives.
+DERIVED_FROM = {"native_int4_fused": "native_int4"}
+
+
+def bench_paths(paths) -> list[str]:
+    """The registered paths whose bench measures rows of ``paths``."""
+    return sorted({DERIVED_FROM.get(p, p) for p in paths})
+
+
 def _dirty(repo: Path) -> bool:
     """True when ``harness/`` has uncommitted changes (or git cannot say)."""
     proc = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "harness"],
@@ -123,7 +135,7 @@ def ab_confirm_matrix(
                         .get("plugins", ()) or ())
         outcome = compare(base, head, settings, work_dir=run_dir / "ab" / matrix, repo=repo,
                           matrix=matrix, filter=case_filter(rows),
-                          paths=sorted({v.path for v in slow}),
+                          paths=bench_paths({v.path for v in slow}),
                           modes=sorted({v.mode for v in slow}), rounds=rounds,
                           runner=current_side_plugins(runner, plugins), echo=echo)
     except EXPECTED_ERRORS as exc:

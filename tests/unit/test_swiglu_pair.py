@@ -86,3 +86,18 @@ def test_swiglu_matrix_is_pairs_of_the_mlp_shape():
     assert {(c.N, c.K) for c in cases} == {(8192, 2048)}
     assert {c.group_size for c in cases} == {128, 2048}
     assert all(c.flops == 4 * c.M * c.N * c.K for c in cases)
+
+
+def test_the_ab_step_benches_derived_rows_through_the_path_they_come_from():
+    """``harness job``'s A/B step passes ``--paths`` to a bench of any commit, which takes
+    registered names only: its torch-free table of derived names must match what
+    ``paths_for_case`` derives (found on the CPU: an A/B of a swiglu row failed with
+    "unknown path 'native_int4_fused'")."""
+    from harness.commands.ab_step import DERIVED_FROM, bench_paths
+
+    load_all()
+    derived = {p.name: src.name for src in PATHS.select(None)
+               for p in paths_for_case(PAIR, [src]) if p.name != src.name}
+    assert derived == DERIVED_FROM
+    assert bench_paths({"native_int4_fused", "fp16_cache"}) == ["fp16_cache", "native_int4"]
+    assert all(name in PATHS.names() for name in bench_paths(set(derived)))
