@@ -12,7 +12,8 @@
 #   parity2 a second process of parity and edges, results under aa2/
 #   report  `harness report` on each stored run against the committed baselines
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
-#   plantedjob  `harness job --steps gemm` with the planted slowdown (PLANT) and $JOB_ARGS,
+#   plantedjob  `harness job --steps gemm --mode graph` (the gating mode) with the planted
+#           slowdown (PLANT) and $JOB_ARGS,
 #           results under plantedjob/ (the job's A/B confirmation, on by default, measures
 #           the flagged rows against the baseline's commit: needs FROM_BUNDLE)
 # NOX_ARGS / JOB_ARGS: extra arguments for the nox and job steps. Calibration runs (A/A
@@ -64,7 +65,7 @@ step build python3 -c "from harness.kernels.build import extension, build_info; 
   --matrix production --mode graph --out "$res/planted" --no-progress ${PLANT_ARGS:---no-compare} \
   --plugin tests/planted/slowdown_plugin.py
 [[ $steps == *" plantedjob "* ]] && step plantedjob env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
-  python3 -m harness job --arch sm90 --steps gemm --out "$res/plantedjob" --no-progress \
+  python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob" --no-progress \
   --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-}
 # report: `harness report` on every stored run of this call, gated against the committed
 # baselines (the verdict agreement line is the check: report == bench, row for row)

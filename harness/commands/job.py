@@ -90,6 +90,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="passed to harness bench: on a GPU of another arch exit 4, not 0")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
                    help="passed to harness bench (extra or wrapped paths); not to ppl")
+    p.add_argument("--mode", default=None,
+                   help="passed to harness bench: only these timing modes (e.g. graph, the "
+                        "mode that gates on a GPU); the gate then judges those rows only")
     p.add_argument("--ab-confirm", action=argparse.BooleanOptionalAction, default=True,
                    help="re-judge SLOWER rows, and gated rows that moved beyond the "
                         "ab_screen setting, A/B on this machine against the baseline's "
@@ -206,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
         argv = ["bench", "--matrix", ",".join(matrices), *cpu, *arch, *force, *_common(args)]
         argv += ["--no-progress"] if args.no_progress else []
         argv += ["--ci"] if args.ci else []
+        argv += ["--mode", args.mode] if args.mode else []
         for plugin in args.plugin:
             argv += ["--plugin", plugin]
         code, err = _run_step(argv)

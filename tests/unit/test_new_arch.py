@@ -123,3 +123,16 @@ def test_a_cpu_job_with_informational_slower_rows_passes(tmp_path, monkeypatch):
     assert "SLOWER" in gate["verdicts"].values()           # the plant shows, as information
     assert gate["exit_code"] == 0 and gate["failing"] == {} and code == EXIT_PASS
     assert asked == [("smoke", None)]    # CPU speed is information: nothing to confirm
+
+
+def test_the_job_passes_mode_to_the_bench_only(tmp_path, monkeypatch):
+    """``harness job --mode graph`` (the planted acceptance: the gating mode only) reaches
+    the bench step's command line, not ppl's."""
+    from harness.commands import job as job_command
+
+    argvs: list[list[str]] = []
+    monkeypatch.setattr(job_command, "_run_step", lambda argv: (argvs.append(argv), (0, ""))[1])
+    assert main(["job", "--cpu", "--out", str(tmp_path / "r"), "--mode", "cpu"]) == 0
+    bench_argv, ppl_argv = argvs
+    assert bench_argv[0] == "bench" and bench_argv[bench_argv.index("--mode") + 1] == "cpu"
+    assert ppl_argv[0] == "ppl" and "--mode" not in ppl_argv
