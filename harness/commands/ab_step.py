@@ -50,7 +50,6 @@ from .revisions import (
     subprocess_runner,
 )
 
-
 #: Rows of a path derived for a SwiGLU pair are measured through the registered path they
 #: come from (``kernels.swiglu_pair.paths_for_case``): ``harness bench --paths`` takes
 #: registered names only, at any commit. Kept torch-free here; a test holds it equal to
