@@ -28,6 +28,7 @@ tests pass a fake one.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import replace
@@ -69,15 +70,35 @@ def _dirty(repo: Path) -> bool:
     return proc.returncode != 0 or bool(proc.stdout.strip())
 
 
-def current_side_plugins(runner: BenchRunner, plugins: tuple[str, ...]) -> BenchRunner:
-    """``runner`` with the run's own ``--plugin`` files given to the current side (B) only:
+#: A ``--plugin`` file that is an instrument rather than a change (a timer, a probe) says
+#: so with this line at module level; the A/B step gives it to both sides.
+BOTH_SIDES = re.compile(r"""^HARNESS_AB_SIDES\s*=\s*["']both["']""", re.MULTILINE)
+
+
+def both_sides(plugin: str, repo: Path) -> bool:
+    """Whether the plugin file (absolute, or relative to ``repo``) declares
+    ``HARNESS_AB_SIDES = "both"``; a module name, or a file without it, is a change of
+    the current side."""
+    path = Path(plugin) if Path(plugin).is_absolute() else repo / plugin
+    try:
+        return path.suffix == ".py" and bool(BOTH_SIDES.search(path.read_text()))
+    except OSError:
+        return False
+
+
+def current_side_plugins(runner: BenchRunner, plugins: tuple[str, ...],
+                         repo: Path = Path(".")) -> BenchRunner:
+    """``runner`` with the run's own ``--plugin`` files given to the current side (B):
     they were part of what the run measured (a planted slowdown, an extra path), and the
-    baseline's commit was measured without them."""
+    baseline's commit was measured without them. A plugin that declares
+    ``HARNESS_AB_SIDES = "both"`` (an instrument, e.g. the test suite's fake timer) goes
+    to both sides."""
     if not plugins:
         return runner
+    shared = tuple(p for p in plugins if both_sides(p, repo))
 
     def run(req: BenchRequest) -> None:
-        runner(replace(req, plugins=plugins) if req.label == "B" else req)
+        runner(replace(req, plugins=plugins if req.label == "B" else shared))
     return run
 
 
@@ -136,7 +157,7 @@ def ab_confirm_matrix(
                           matrix=matrix, filter=case_filter(rows),
                           paths=bench_paths({v.path for v in slow}),
                           modes=sorted({v.mode for v in slow}), rounds=rounds,
-                          runner=current_side_plugins(runner, plugins), echo=echo)
+                          runner=current_side_plugins(runner, plugins, repo), echo=echo)
     except EXPECTED_ERRORS as exc:
         echo(f"harness job: A/B of {matrix} not done, its verdicts stand: {one_line(exc)}")
         return None

@@ -22,7 +22,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import CompareError
@@ -70,10 +70,14 @@ def subprocess_runner(req: BenchRequest) -> None:
     """Run ``bench_command(req)`` in the worktree with ``PYTHONPATH`` pointing at it.
 
     ``HARNESS_COMMIT`` is dropped from the bench's environment: the worktree is a git
-    checkout, and every revision must record its own commit."""
+    checkout, and every revision must record its own commit. A relative ``out_dir`` is
+    taken from this process's directory."""
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_COMMIT"}
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(req.worktree), env.get("PYTHONPATH", "")) if p)
+    # the bench runs in the worktree: a relative --out (compare's default, the job's
+    # results/) would land there, where the caller never looks
+    req = replace(req, out_dir=req.out_dir.resolve())
     req.out_dir.mkdir(parents=True, exist_ok=True)
     log = req.out_dir.parent / f"{req.out_dir.name}.log"
     with open(log, "w") as fh:

@@ -14,4 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the ``p
 
 from planted import fake_timer  # noqa: E402
 
+# an instrument, not a change: `harness job`'s A/B step gives it to both sides
+HARNESS_AB_SIDES = "both"
+
 fake_timer.install()
