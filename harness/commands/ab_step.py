@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..config import Settings
@@ -123,14 +123,17 @@ def screened_keys(run_dir: Path, matrix: str, baselines: str | Path, arch: str,
     return screen_keys(list(run.rows), base.rows, settings)
 
 
-def ab_confirm_matrix(
-    run_dir: Path, matrix: str, *, baselines: str | Path, arch: str, settings: Settings,
-    rounds: int = 3, repo: Path = Path("."), runner: BenchRunner = subprocess_runner,
-    echo: Callable[[str], None] = print,
-) -> int | None:
-    """A/B the failing SLOWER rows of ``matrix`` in ``run_dir`` and the rows the screen
-    flags; the matrix's new exit code, or None when there was nothing to confirm or it
-    could not be done (said in one line)."""
+@dataclass
+class _Pending:
+    """One matrix's rows to confirm: its stored gate, the baseline's commit, the rows."""
+
+    result: GateResult
+    base_commit: str
+    slow: list
+
+
+def _pending(run_dir: Path, matrix: str, baselines: str | Path, arch: str, settings: Settings,
+             echo: Callable[[str], None]) -> _Pending | None:
     result, base_commit = stored_gate(run_dir, matrix, baselines, arch, settings)
     screened = screened_keys(run_dir, matrix, baselines, arch, settings)
     failing = [v for v in result.failures if v.verdict == Verdict.SLOWER]
@@ -144,29 +147,61 @@ def ab_confirm_matrix(
              f"{len(failing)} SLOWER row(s) only")
     echo(f"harness job: A/B of {matrix}: {len(failing)} SLOWER row(s), "
          f"{len(slow) - len(failing)} more moved beyond the {settings.ab_screen:.1%} screen")
-    try:
-        if _dirty(repo):
-            raise ValueError("uncommitted changes under harness/: the measured code is not a "
-                             "commit")
-        head = resolve_revision(repo, "HEAD")
-        base = resolve_revision(repo, base_commit)
-        rows = [v.current for v in slow if v.current is not None]
-        plugins = tuple(str(p) for p in read_meta(run_dir / f"{matrix}.json").extra
-                        .get("plugins", ()) or ())
-        outcome = compare(base, head, settings, work_dir=run_dir / "ab" / matrix, repo=repo,
-                          matrix=matrix, filter=case_filter(rows),
-                          paths=bench_paths({v.path for v in slow}),
-                          modes=sorted({v.mode for v in slow}), rounds=rounds,
-                          runner=current_side_plugins(runner, plugins, repo), echo=echo)
-    except EXPECTED_ERRORS as exc:
-        echo(f"harness job: A/B of {matrix} not done, its verdicts stand: {one_line(exc)}")
-        return None
-    got = {v.key: v for v in outcome.result.verdicts}
-    record = ABRecord(matrix, base, head, rounds, tuple(
-        ABRow(*v.key, got[v.key].verdict.value if v.key in got else Verdict.MISSING.value,
-              got[v.key].time_change if v.key in got else float("nan"))
-        for v in slow))
-    final = apply_ab(result, record)
+    return _Pending(result, base_commit, slow)
+
+
+def ab_confirm(
+    run_dir: Path, matrices: list[str], *, baselines: str | Path, arch: str,
+    settings: Settings, rounds: int = 3, repo: Path = Path("."),
+    runner: BenchRunner = subprocess_runner, echo: Callable[[str], None] = print,
+) -> dict[str, int | None]:
+    """A/B the failing SLOWER rows and the screened rows of each of ``matrices`` in
+    ``run_dir``: one ``compare`` for the matrices whose baselines share a commit (one set
+    of bench processes: their start-up is most of an A/B's cost). Per matrix its new exit
+    code, or None when there was nothing to confirm or it could not be done (said in one
+    line)."""
+    out: dict[str, int | None] = dict.fromkeys(matrices)
+    todo = {m: p for m in matrices
+            if (p := _pending(run_dir, m, baselines, arch, settings, echo)) is not None}
+    groups: dict[str, list[str]] = {}
+    for m, p in todo.items():
+        groups.setdefault(p.base_commit, []).append(m)
+    for base_commit, group in groups.items():
+        slow = [v for m in group for v in todo[m].slow]
+        try:
+            if _dirty(repo):
+                raise ValueError("uncommitted changes under harness/: the measured code is "
+                                 "not a commit")
+            head = resolve_revision(repo, "HEAD")
+            base = resolve_revision(repo, base_commit)
+            plugins = tuple(dict.fromkeys(
+                str(p) for m in group
+                for p in read_meta(run_dir / f"{m}.json").extra.get("plugins", ()) or ()))
+            outcome = compare(base, head, settings, work_dir=run_dir / "ab" / "+".join(group),
+                              repo=repo, matrix=",".join(group),
+                              filter=case_filter([v.current for v in slow]),
+                              paths=bench_paths({v.path for v in slow}),
+                              modes=sorted({v.mode for v in slow}), rounds=rounds,
+                              runner=current_side_plugins(runner, plugins, repo), echo=echo)
+        except EXPECTED_ERRORS as exc:
+            echo(f"harness job: A/B of {', '.join(group)} not done, its verdicts stand: "
+                 f"{one_line(exc)}")
+            continue
+        got = {(v.row.matrix, *v.key): v for v in outcome.result.verdicts}
+        for m in group:
+            out[m] = _store(run_dir, m, todo[m], got, base, head, rounds, echo)
+    return out
+
+
+def _store(run_dir: Path, matrix: str, pending: _Pending, got: dict, base: str, head: str,
+           rounds: int, echo: Callable[[str], None]) -> int:
+    """Record ``matrix``'s A/B readings with the run and rewrite its gate record."""
+    def reading(v):
+        r = got.get((matrix, *v.key))
+        return (r.verdict.value, r.time_change) if r else (Verdict.MISSING.value, float("nan"))
+    record = ABRecord(matrix, base, head, rounds,
+                      tuple(ABRow(*v.key, *reading(v)) for v in pending.slow))
+    final = apply_ab(pending.result, record)
     csv_path = run_dir / f"{matrix}.csv"
     meta = read_meta(csv_path.with_suffix(".json"))
     write_meta(csv_path.with_suffix(".json"),
@@ -174,3 +209,8 @@ def ab_confirm_matrix(
     write_gate_record(csv_path, final)
     echo(f"harness job: {final.notes[-1]}; {matrix} exit {final.exit_code}")
     return final.exit_code
+
+
+def ab_confirm_matrix(run_dir: Path, matrix: str, **kw) -> int | None:
+    """``ab_confirm`` of one matrix: its new exit code, or None."""
+    return ab_confirm(run_dir, [matrix], **kw)[matrix]

@@ -42,7 +42,7 @@ from ..errors import (
 from ..reports.gate_record import stored_exit_code
 from ..results.store import read_meta, read_rows
 from . import bench, ppl
-from .ab_step import ab_confirm_matrix
+from .ab_step import ab_confirm
 from .common import plain, settings_from_args
 
 #: (step name, matrix) of the job, in order; ``--cpu``: the CPU paths on the smoke matrix
@@ -224,16 +224,14 @@ def run(args: argparse.Namespace) -> int:
         results.append(StepResult("ppl", "ppl", code, seconds=time.perf_counter() - t1, reason=err))
     run_dir = _run_dir(args, git_commit())
     if args.ab_confirm and run_dir is not None:
-        settings = settings_from_args(args)
-        for r in results:
-            if r.step != "ppl" and r.exit_code in (EXIT_PASS, EXIT_FAIL):
-                try:
-                    ab_confirm_matrix(run_dir, r.matrix, baselines=args.baselines,
-                                      arch=run_dir.name, settings=settings,
-                                      rounds=args.ab_rounds)
-                except EXPECTED_ERRORS as exc:   # e.g. an unreadable stored run or baseline
-                    print(f"harness job: A/B of {r.matrix} not done, its verdicts stand: "
-                          f"{one_line(exc)}")
+        gated = [r.matrix for r in results
+                 if r.step != "ppl" and r.exit_code in (EXIT_PASS, EXIT_FAIL)]
+        try:
+            if gated:
+                ab_confirm(run_dir, gated, baselines=args.baselines, arch=run_dir.name,
+                           settings=settings_from_args(args), rounds=args.ab_rounds)
+        except EXPECTED_ERRORS as exc:     # e.g. an unreadable stored run or baseline
+            print(f"harness job: A/B not done, the verdicts stand: {one_line(exc)}")
     for r in results:
         r.rows, r.verdicts, gate = _gate_record(run_dir, r.matrix) if run_dir else (0, {}, {})
         if r.step != "ppl" and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and gate:

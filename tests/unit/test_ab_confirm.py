@@ -266,3 +266,56 @@ def test_the_screen_flags_rows_beyond_it_and_every_row_of_a_path_that_moved_as_a
     assert screen_keys(BASE, BASE, S) == set()
     # a wider screen lets the 4% path through
     assert screen_keys(_moved(moved), BASE, replace(S, ab_screen=0.05)) == set()
+
+
+class TwoMatrices(ThisMachine):
+    """``ThisMachine`` for a bench of several matrices (``--matrix a,b``): each matrix's
+    rows (BASE renamed) in its own CSV of the one run directory."""
+
+    def __call__(self, req: BenchRequest) -> None:
+        self.calls.append(req)
+        speed = float((req.worktree / "harness" / "speed.txt").read_text())
+        for matrix in req.matrix.split(","):
+            rows = resample([replace(r, matrix=matrix) for r in BASE], seed=len(self.calls),
+                            factor={p: self.offset * (speed if p == "marlin_asym" else 1.0)
+                                    for p in {r.path for r in BASE}})
+            rows = [with_samples(replace(r, commit=req.revision[:12]), r.samples())
+                    for r in rows]
+            env = Environment(arch="sm90", gpu_name="synthetic H200", commit=req.revision[:12])
+            write_run(req.out_dir / req.revision[:12] / "sm90", rows,
+                      RunMeta(matrix=matrix, commit=req.revision[:12], arch="sm90",
+                              environment=env))
+
+
+@pytest.mark.parametrize("head_speed, exit_code", [("1.00", 0), ("1.05", 1)])
+def test_two_matrices_share_one_ab_compare(tmp_path, head_speed, exit_code):
+    """production and swiglu flagged in one job: one set of A/B benches (--matrix a,b),
+    each matrix's record and verdicts its own."""
+    from harness.commands.ab_step import ab_confirm
+
+    repo, base_sha, head_sha = _repo(tmp_path, head_speed)
+    env = Environment(arch="sm90", gpu_name="synthetic H200", commit=base_sha[:12])
+    run_dir = tmp_path / "results" / head_sha[:12] / "sm90"
+    for matrix in ("synthetic", "other"):
+        base = [replace(r, matrix=matrix) for r in BASE]
+        write_run(tmp_path / f"acc-{matrix}" / "sm90", base, RunMeta(
+            matrix=matrix, commit=base_sha[:12], arch="sm90", environment=env,
+            settings=S.to_dict()))
+        assert main(["baseline", "accept", str(tmp_path / f"acc-{matrix}" / "sm90"),
+                     "--root", str(tmp_path / "baselines"), "--yes"]) == 0
+        cur = resample(base, 3, factor=SLOW)
+        write_run(run_dir, cur, RunMeta(matrix=matrix, commit=head_sha[:12], arch="sm90",
+                                        environment=replace(env, commit=head_sha[:12]),
+                                        settings=S.to_dict()))
+        write_gate_record(run_dir / f"{matrix}.csv", evaluate(cur, base, S))
+    fake = TwoMatrices()
+    codes = ab_confirm(run_dir, ["synthetic", "other"], baselines=tmp_path / "baselines",
+                       arch="sm90", settings=S, rounds=2, repo=repo, runner=fake,
+                       echo=lambda s: None)
+    assert codes == {"synthetic": exit_code, "other": exit_code}
+    assert {c.matrix for c in fake.calls} == {"synthetic,other"}
+    assert len(fake.calls) <= 2 * 2 + 2            # rounds x sides (+ one re-measure round)
+    for matrix in ("synthetic", "other"):
+        rec = stored_ab(read_meta(run_dir / f"{matrix}.json"))
+        assert rec.matrix == matrix and rec.rows
+        assert {r.verdict for r in rec.rows} == {"SAME" if exit_code == 0 else "SLOWER"}
