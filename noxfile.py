@@ -95,26 +95,28 @@ def lint(session: nox.Session) -> None:
 
 def _active_env(session: nox.Session, need_cuda: bool) -> tuple[int, int] | None:
     """Check the active environment; install missing packages from the wheelhouse."""
+    # one interpreter for every probe: each fresh `import torch` costs seconds on a GPU host
     probe = subprocess.run(
         [sys.executable, "-c",
-         "import torch,sys;ok=torch.cuda.is_available();"
+         "import torch\n"
+         "ok = torch.cuda.is_available()\n"
+         "try:\n    import optimum.quanto\n    q = 'quanto'\n"
+         "except Exception:\n    q = 'no-quanto'\n"
          "print('%d %d' % torch.cuda.get_device_capability() if ok else 'none', "
-         "torch.__version__)"],
+         "torch.__version__, q)"],
         capture_output=True, text=True,
     )
     if probe.returncode != 0:
         session.skip("no importable torch in the active environment: GPU sessions run in the "
                      "environment that carries the CUDA torch; activate it, then "
                      "`pip install -e .[quanto]` (or install from the wheelhouse, README)")
-    cc_text, torch_version = probe.stdout.split()[:-1], probe.stdout.split()[-1]
+    *cc_text, torch_version, quanto = probe.stdout.strip().splitlines()[-1].split()
     if cc_text == ["none"]:
         if need_cuda:
             _skip_or_fail(session, f"no CUDA GPU visible to torch {torch_version}")
         return None
     site = os.path.abspath(os.path.join(".nox", "_site"))
-    missing = [m for m in ("optimum.quanto",)
-               if subprocess.run([sys.executable, "-c", f"import {m}"],
-                                 capture_output=True).returncode]
+    missing = [] if quanto == "quanto" else ["optimum.quanto"]
     if missing and os.path.isdir(WHEELHOUSE):
         session.run(sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                     "--target", site, "--find-links", WHEELHOUSE, "optimum-quanto", external=True)
