@@ -81,13 +81,15 @@ def _env(run: Run, matrix: str):
 
 def _calibration_info(runs: Sequence[Run], matrix: str, coverage: float, prior_df: float,
                       floor: float, spread: Mapping[Key, KeySpread]) -> dict:
-    machines = machines_of([r.environment for r in runs])
+    machines = machines_of([_env(r, matrix) for r in runs])
     margins = [s.margin for s in spread.values()]
     return {
         "method": "moderated log-spread, one-sided prediction bound (harness.reports.calibration)",
         "coverage": coverage, "prior_df": prior_df, "floor": floor, "date": now_iso(),
         "runs": len(runs), "machines": len(set(machines)),
-        "sources": [run_identity(r.environment,
+        # each run as the process that measured this matrix recorded itself (a directory
+        # may hold matrices of several processes: the job's and a later parity bench)
+        "sources": [run_identity(_env(r, matrix),
                                  r.metas[matrix].created if matrix in r.metas else "")
                     for r in runs],
         "margin_median": median(margins) if margins else None,
@@ -97,7 +99,7 @@ def _calibration_info(runs: Sequence[Run], matrix: str, coverage: float, prior_d
 
 def _spreads_for(runs: Sequence[Run], matrix: str, settings: Settings, coverage: float,
                  prior_df: float) -> dict[Key, KeySpread]:
-    machines = machines_of([r.environment for r in runs])
+    machines = machines_of([_env(r, matrix) for r in runs])
     return spreads([run_medians(r.rows, matrix) for r in runs], machines, coverage=coverage,
                    prior_df=prior_df, floor=settings.noise_margin_floor)
 

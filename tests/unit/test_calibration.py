@@ -233,3 +233,25 @@ def test_the_ab_screen_catches_a_planted_path_where_wide_margins_cannot():
         for path, (_, affected, _) in h.planted.items():
             assert h.planted_screened[path] == affected
         assert h.screened < 0.25 * h.gated
+
+
+def test_sources_name_each_matrix_by_the_process_that_measured_it(tmp_path):
+    """One run directory holding the job's matrix and a later bench's matrix (the device
+    calibration's layout): each baseline's sources carry that matrix's own date."""
+    from harness.cli import main
+
+    runs, labels = _fleet(machines=3, per_machine=1, offset_sd=0.004, seed=4)
+    paths = []
+    for i, (rows, label) in enumerate(zip(runs, labels, strict=True)):
+        for matrix, hour in (("synthetic", "08"), ("other", "09")):
+            env = Environment(arch="sm90", gpu_name="synthetic H200", commit="c" * 40,
+                              date=f"2026-12-03T{hour}:0{i}:00+00:00",
+                              **_ids(f"GPU-{label}", f"boot-{label}"))
+            write_run(tmp_path / f"aa{i}", [replace(r, matrix=matrix) for r in rows],
+                      RunMeta(matrix=matrix, environment=env))
+        paths.append(str(tmp_path / f"aa{i}"))
+    bl = tmp_path / "baselines"
+    assert main(["baseline", "record", "--runs", *paths, "--root", str(bl)]) == 0
+    for matrix, hour in (("synthetic", "08"), ("other", "09")):
+        srcs = json.loads((bl / "sm90" / f"{matrix}.json").read_text())["calibration"]["sources"]
+        assert [s["date"] for s in srcs] == [f"2026-12-03T{hour}:0{i}:00+00:00" for i in range(3)]
