@@ -184,21 +184,27 @@ def correction_plot(rows: Sequence[ResultRow]) -> Plot:
     if not good:
         return Plot(key, title, None,
                     "no correction_overhead_pct in these rows (no Marlin rows timed)")
-    fig = _new_figure(figsize=(7.5, 4.2))
-    ax = fig.subplots()
     lines: dict[tuple, list[ResultRow]] = defaultdict(list)
     for r in good:
         lines[(r.kind, r.N, r.K, r.group_size, r.path, r.mode)].append(r)
+    # one legend entry per (shape, path, mode): beside the axes, the figure as tall as it
+    # needs (inside a 4 inch axes 30+ entries collapsed the layout)
+    ncol = 1 if len(lines) <= 24 else 2
+    fig = _new_figure(figsize=(7.5 + 2.8 * ncol,
+                               max(4.2, 0.13 * math.ceil(len(lines) / ncol) + 0.8)))
+    ax = fig.subplots()
+    shapes = sorted({key[:4] for key in lines})        # a colour per shape, a style per mode
+    cmap = _mpl().colormaps["tab10" if len(shapes) <= 10 else "tab20"]
     for (kind, n, k, gs, path, mode), pts in sorted(lines.items()):
         pts.sort(key=lambda r: r.M)
         ax.plot([r.M for r in pts], [r.correction_overhead_pct for r in pts], marker="o", ms=3,
-                ls=_MODE_STYLE.get(mode, "-"),
+                ls=_MODE_STYLE.get(mode, "-"), color=cmap(shapes.index((kind, n, k, gs)) % 20),
                 label=f"{_shape_label(kind, n, k, gs)} {path} ({mode})")
     ax.set_xscale("log", base=2)
     ax.set_xlabel("M")
     ax.set_ylabel("overhead %")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=6)
+    fig.legend(fontsize=6, loc="outside right upper", ncol=ncol)
     return Plot(key, title, _svg(fig, key))
 
 
