@@ -11,6 +11,9 @@
 #   job2    a second process of the job on the same machine, results under aa2/
 #   parity2 a second process of parity and edges, results under aa2/
 #   report  `harness report` on each stored run against the committed baselines
+#   summary scripts/acceptance_summary.py on each stored run (planted share with PLANT)
+#   testsgpu `nox -s tests-gpu`; fleet: the fleet build's SASS test (issue 19);
+#           bisect: scripts/bisect_acceptance.sh (issue 20; needs FROM_BUNDLE)
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
 #   plantedjob  `harness job --steps gemm --mode graph` (the gating mode) with the planted
 #           slowdown (PLANT) and $JOB_ARGS,
@@ -72,9 +75,22 @@ step build python3 -c "from harness.kernels.build import extension, build_info; 
 if [[ $steps == *" report "* ]]; then
   for d in "$res"/*/*/sm90; do
     [ -d "$d" ] || continue
-    extra=(); [[ $d == */planted/* ]] && extra=(--partial)
+    extra=(); [[ $d == */planted/* || $d == */plantedjob/* ]] && extra=(--partial)
     python3 -m harness report "$d" --baseline baselines "${extra[@]}" \
       >> "$out/$tag-report.log" 2>&1
     echo "report $d rc=$?" | tee -a "$out/$tag-times.txt"
   done
 fi
+# summary: the acceptance table's lines (exit code, failing verdicts, A/B, planted share)
+if [[ $steps == *" summary "* ]]; then
+  for d in "$res"/*/*/sm90; do
+    [ -d "$d" ] || continue
+    plant=(); [[ $d == */planted* ]] && plant=(--plant "${PLANT:-fp16_cache}")
+    python3 scripts/acceptance_summary.py "$d" "${plant[@]}" | tee -a "$out/$tag-summary.txt"
+  done
+fi
+# the pending GPU checks of other issues, each its own step
+[[ $steps == *" testsgpu "* ]] && step testsgpu python3 -m nox -s tests-gpu
+[[ $steps == *" fleet "* ]] && step fleet python3 -m pytest -v -m slow tests/gpu/test_fleet_build_gpu.py
+[[ $steps == *" bisect "* ]] && step bisect bash scripts/bisect_acceptance.sh "$res/bisect"
+true

@@ -100,6 +100,12 @@ def test_a_planted_slowdown_is_confirmed_ab(project):
     rep = _report(project, run)
     assert rep.returncode == 1
     assert "verdicts agree with the bench's stored gate on all" in rep.stdout
+    # the acceptance table's line for this run (scripts/acceptance_summary.py)
+    summary = subprocess.run([sys.executable, str(ROOT / "scripts" / "acceptance_summary.py"),
+                              str(run), "--plant", "fp16_cache", "--mode", "cpu"],
+                             capture_output=True, text=True, check=True).stdout
+    n = len(planted)
+    assert f"planted fp16_cache (cpu): {n}/{n} SLOWER (100.0%), 0 other failing" in summary
 
 
 @pytest.mark.slow

@@ -1,0 +1,59 @@
+"""One line per gated matrix of a stored run, for the #16 acceptance table: its exit code,
+its failing verdicts, what the A/B confirmation did, and with ``--plant PATH`` how many of
+that path's rows in ``--mode`` (default graph) ended SLOWER and how many other rows fail.
+
+    python scripts/acceptance_summary.py results/<commit>/sm90 [--plant fp16_cache]
+
+Reads the matrices' json files only (the gate record ``harness bench`` / ``harness job``
+stored, rewritten by the A/B step), so it runs anywhere the results were copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+
+def summarize(run_dir: Path, plant: str | None, mode: str) -> list[str]:
+    lines = []
+    for meta_path in sorted(run_dir.glob("*.json")):
+        meta = json.loads(meta_path.read_text())
+        gate = (meta.get("extra") or meta).get("gate")
+        if not isinstance(gate, dict) or "verdicts" not in gate:
+            continue
+        verdicts = gate["verdicts"]
+        failing = Counter(gate.get("failing") or {})
+        line = (f"{run_dir} {meta_path.stem}: exit {gate.get('exit_code')}, "
+                f"{len(verdicts)} rows, failing {dict(failing) or 'none'}")
+        ab = (meta.get("extra") or meta).get("ab_confirm")
+        if ab:
+            got = Counter(v["verdict"] for v in ab["rows"].values())
+            line += f"; A/B ({ab['rounds']} rounds vs {ab['baseline_commit'][:12]}): {dict(got)}"
+        if plant:
+            mine = {k: v for k, v in verdicts.items()
+                    if k.split("|")[1] == plant and k.split("|")[2] == mode}
+            caught = sum(v == "SLOWER" for v in mine.values())
+            others = sum(failing.values()) - caught
+            share = f"{caught / len(mine):.1%}" if mine else "n/a"
+            line += (f"; planted {plant} ({mode}): {caught}/{len(mine)} SLOWER ({share}), "
+                     f"{others} other failing row(s)")
+        lines.append(line)
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", nargs="+", type=Path, help="stored run directories (.../<arch>)")
+    p.add_argument("--plant", default=None, help="the path a planted slowdown was put on")
+    p.add_argument("--mode", default="graph", help="the mode that gates (default graph)")
+    args = p.parse_args(argv)
+    lines = [line for run in args.runs for line in summarize(run, args.plant, args.mode)]
+    print("\n".join(lines) if lines else "no gate record in these directories")
+    return 0 if lines else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
