@@ -1,26 +1,29 @@
 """``harness job``'s A/B confirmation: gated rows that moved are re-judged A/B on this machine.
 
-For a gated matrix of a stored run, the rows to confirm are those its gate failed as
-SLOWER, and those the *screen* flags: a gated row whose median moved beyond the setting
-``ab_screen`` (2%) against the stored baseline, Mann-Whitney significant, whatever its
-cross-machine margin (``screened_keys``). The baseline's own commit (from the baseline
-json) and the current commit are measured here, interleaved, restricted to those rows, by
-``harness compare`` in git worktrees (the build cache is shared);
-``reports.ab_confirm.apply_ab`` then makes the A/B verdict the row's: SLOWER fails (also
-for a row inside its cross-machine margin), SAME or FASTER clears. The A/B record is
-stored in the matrix's json (``ab_confirm``) and the gate record is rewritten with the
-final verdicts, so ``harness report``, ``harness compare`` and ``harness merge`` replay
-the same verdicts. Why the screen: between H200s the same build reads ~1% (sd) apart per
-row, so no cross-machine margin both holds an unchanged build and catches a 5% slowdown
-on 95% of the rows; on one machine the two commits differ by ~0.5% (docs/measurement.md
-§9).
+For each gated matrix of a stored run, the rows to confirm are those its gate failed as
+SLOWER and those the *screen* flags (``reports.ab_confirm.screen_keys``): a gated row
+whose median moved beyond the setting ``ab_screen`` (2%) against the stored baseline,
+Mann-Whitney significant, whatever its cross-machine margin, and every gated row of a
+(path, mode) whose median change is beyond it. The baseline's own commit (from the
+baseline json) and the current commit are measured here, interleaved, restricted to
+those rows, by ``harness compare`` in git worktrees (the build cache is shared; one
+compare for all matrices whose baselines share a commit); ``reports.ab_confirm.apply_ab``
+then makes the A/B verdict the row's: SLOWER fails (also for a row inside its
+cross-machine margin), SAME or FASTER clears. The A/B record is stored in the matrix's
+json (``ab_confirm``) and the gate record is rewritten with the final verdicts, so
+``harness report``, ``harness compare`` and ``harness merge`` replay the same verdicts.
+Why: between H200s the same build reads ~1.3% (sd) apart per row, up to 5% on single
+rows, while processes on one machine differ by ~0.55% at the median, so no cross-machine
+margin both holds an unchanged build and catches a 5% slowdown on 95% of the rows
+(docs/measurement.md §9).
 
 Needs: the baseline's commit in this repository (CI: a full clone, e.g. actions/checkout
 with ``fetch-depth: 0``) and no uncommitted change under ``harness/`` (the measured code
 must be a commit). When either is missing, the verdicts stand and one line says why.
 
 The run's ``--plugin`` files (its json's ``plugins``) are given to the current side only:
-what the run measured, planted slowdowns included, is what A/B measures on that side.
+what the run measured, planted slowdowns included, is what A/B measures on that side. A
+plugin file declaring ``HARNESS_AB_SIDES = "both"`` (an instrument) goes to both sides.
 
 Extension point: ``runner`` (a ``revisions.BenchRunner``) measures one revision's bench;
 tests pass a fake one.
