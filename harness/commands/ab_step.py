@@ -106,24 +106,16 @@ def current_side_plugins(runner: BenchRunner, plugins: tuple[str, ...],
 
 
 def stored_gate(run_dir: Path, matrix: str, baselines: str | Path, arch: str,
-                settings: Settings) -> tuple[GateResult, str]:
-    """The matrix's gate as its bench reached it (stored confirmations replayed), and the
-    baseline's commit."""
+                settings: Settings) -> tuple[GateResult, str, set[tuple[str, str, str]]]:
+    """The matrix's gate as its bench reached it (stored confirmations replayed), the
+    baseline's commit, and the keys the A/B screen flags (``reports.ab_confirm.screen_keys``);
+    the run and the baseline are read once."""
     run = load_run(run_dir / f"{matrix}.csv")
     base = load_baseline(baseline_dir(Path(baselines), arch), [matrix])
     result = evaluate(list(run.rows), base.rows, settings, margins=base.margins,
                       remeasure=stored_remeasure(run.confirmations),
                       current_label=run.label, baseline_label=base.label)
-    return result, base.environment.commit
-
-
-def screened_keys(run_dir: Path, matrix: str, baselines: str | Path, arch: str,
-                  settings: Settings) -> set[tuple[str, str, str]]:
-    """Keys of the gated rows of the stored run that the A/B screen flags
-    (``reports.ab_confirm.screen_keys``)."""
-    run = load_run(run_dir / f"{matrix}.csv")
-    base = load_baseline(baseline_dir(Path(baselines), arch), [matrix])
-    return screen_keys(list(run.rows), base.rows, settings)
+    return result, base.environment.commit, screen_keys(list(run.rows), base.rows, settings)
 
 
 @dataclass
@@ -137,8 +129,7 @@ class _Pending:
 
 def _pending(run_dir: Path, matrix: str, baselines: str | Path, arch: str, settings: Settings,
              echo: Callable[[str], None]) -> _Pending | None:
-    result, base_commit = stored_gate(run_dir, matrix, baselines, arch, settings)
-    screened = screened_keys(run_dir, matrix, baselines, arch, settings)
+    result, base_commit, screened = stored_gate(run_dir, matrix, baselines, arch, settings)
     failing = [v for v in result.failures if v.verdict == Verdict.SLOWER]
     have = {v.key for v in failing}
     slow = failing + [v for v in result.verdicts
