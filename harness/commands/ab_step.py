@@ -173,7 +173,9 @@ def ab_confirm(
                 for p in read_meta(run_dir / f"{m}.json").extra.get("plugins", ()) or ()))
             outcome = compare(base, head, settings, work_dir=run_dir / "ab" / "+".join(group),
                               repo=repo, matrix=",".join(group),
-                              filter=case_filter([v.current for v in slow]),
+                              filter=case_filter([v.current for v in slow], universe=[
+                                  v.current for m in group for v in todo[m].result.verdicts
+                                  if v.current is not None]),
                               paths=bench_paths({v.path for v in slow}),
                               modes=sorted({v.mode for v in slow}), rounds=rounds,
                               runner=current_side_plugins(runner, plugins, repo), echo=echo)

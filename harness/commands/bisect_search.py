@@ -144,7 +144,7 @@ class Bisector:
         def remeasure(keys: list[Key]):
             count[0] += 1
             wanted = set(keys)
-            filt = case_filter([r for r in cur_rows if r.key in wanted])
+            filt = case_filter([r for r in cur_rows if r.key in wanted], cur_rows)
             paths, modes = sorted({k[1] for k in keys}), sorted({k[2] for k in keys})
             order = [self.good, commit] if count[0] % 2 else [commit, self.good]
             got = {}

@@ -196,7 +196,7 @@ def compare(
             def remeasure(keys: list[Key]):
                 wanted = set(keys)
                 rows = [r for r in b_rows if r.key in wanted]
-                got = run_round(plan, rounds, "remeasure", case_filter(rows),
+                got = run_round(plan, rounds, "remeasure", case_filter(rows, b_rows),
                                 sorted({k[1] for k in keys}), sorted({k[2] for k in keys}))
                 return ([r for r in got["A"].rows if r.key in wanted],
                         [r for r in got["B"].rows if r.key in wanted])

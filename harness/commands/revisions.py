@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..cases.filters import FilterError, compile_filter
 from ..errors import CompareError
 from ..results.schema import ResultRow
 
@@ -90,11 +91,60 @@ def subprocess_runner(req: BenchRequest) -> None:
                            f"{proc.returncode}: {tail[0].strip()} (log {log})")
 
 
-def case_filter(rows: Sequence[ResultRow]) -> str:
-    """A ``--filter`` expression selecting exactly the cases of ``rows``."""
-    terms = sorted({f"(M == {r.M} and N == {r.N} and K == {r.K} and group_size == {r.group_size} "
-                    f"and seed == {r.seed} and kind == '{r.kind}')" for r in rows})
-    return " or ".join(terms)
+_CASE_FIELDS = ("N", "K", "group_size", "seed", "kind")
+
+
+def _term(name: str, value) -> str:
+    return f"{name} == {value!r}" if isinstance(value, str) else f"{name} == {value}"
+
+
+def _grouped(cases: set[tuple], fields: Sequence[str], with_m: bool) -> str:
+    """One ``or`` term per distinct value of ``fields``, each with its M values."""
+    groups: dict[tuple, set[int]] = {}
+    for case in cases:
+        groups.setdefault(case[1:], set()).add(case[0])
+    idx = [_CASE_FIELDS.index(f) for f in fields]
+    coarse: dict[tuple, set[int]] = {}
+    for rest, ms in groups.items():
+        coarse.setdefault(tuple(rest[i] for i in idx), set()).update(ms)
+    terms = []
+    for values, ms in sorted(coarse.items(), key=repr):
+        parts = [_term(f, v) for f, v in zip(fields, values, strict=True)]
+        if with_m:
+            parts.append("(" + " or ".join(f"M == {m}" for m in sorted(ms)) + ")")
+        terms.append("(" + " and ".join(parts) + ")" if parts else "")
+    return "" if any(t == "" for t in terms) else " or ".join(terms)
+
+
+def _fits(text: str) -> bool:
+    try:
+        compile_filter(text)
+    except FilterError:
+        return False
+    return True
+
+
+def case_filter(rows: Sequence[ResultRow], universe: Sequence[ResultRow] = ()) -> str:
+    """A ``--filter`` expression selecting the cases of ``rows``: exactly them when that
+    fits the filter's limits (its characters and syntax nodes), else the smallest of a few
+    coarser supersets (every M of their shapes; then the whole matrix, ""). A caller keeps
+    only the rows it asked for, so a superset costs time, never a verdict. ``universe``
+    (the rows the cases come from, e.g. the stored run) lets a field that never varies
+    there be left out, and selecting all of its cases become ""."""
+    def ident(r: ResultRow) -> tuple:
+        return (r.M, *(getattr(r, f) for f in _CASE_FIELDS))
+    cases = {ident(r) for r in rows}
+    every = cases | {ident(r) for r in universe}
+    if universe and cases == every:
+        return ""
+    varying = [f for i, f in enumerate(_CASE_FIELDS, 1)
+               if len({c[i] for c in every}) > 1 or not universe]
+    shape = [f for f in varying if f in ("N", "K")]
+    for text in (_grouped(cases, varying, True), _grouped(cases, shape, True),
+                 _grouped(cases, shape, False)):
+        if _fits(text):
+            return text
+    return ""
 
 
 # ------------------------------------------------------------------------------------ git
