@@ -177,7 +177,7 @@ def ab_confirm(
                                   v.current for m in group for v in todo[m].result.verdicts
                                   if v.current is not None]),
                               paths=bench_paths({v.path for v in slow}),
-                              modes=sorted({v.mode for v in slow}), rounds=rounds,
+                              modes=sorted({v.mode for v in slow}), rounds=rounds, confirm=False,
                               runner=current_side_plugins(runner, plugins, repo), echo=echo)
         except EXPECTED_ERRORS as exc:
             echo(f"harness job: A/B of {', '.join(group)} not done, its verdicts stand: "

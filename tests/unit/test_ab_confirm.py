@@ -158,6 +158,8 @@ def test_ab_confirm_clears_the_machine_offset_and_keeps_a_real_slowdown(
     assert {c.revision for c in fake.calls} == {base_sha, head_sha}
     # every case has a flagged marlin_asym row: the whole matrix, one path
     assert all(c.paths == ("marlin_asym",) and c.filter == "" for c in fake.calls)
+    # the interleaved rounds only: no extra re-measure round after them (it cost ~55 s)
+    assert [c.out_dir.parent.name for c in fake.calls] == ["round0"] * 2 + ["round1"] * 2
     rec = stored_ab(read_meta(run_dir / "synthetic.json"))
     assert rec.baseline_commit == base_sha and rec.current_commit == head_sha
     assert {r.verdict for r in rec.rows} == {"SAME" if exit_code == 0 else "SLOWER"}
