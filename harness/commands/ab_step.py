@@ -41,7 +41,7 @@ from ..config import Settings
 from ..errors import EXPECTED_ERRORS, one_line
 from ..reports.ab_confirm import AB_KEY, ABRecord, ABRow, apply_ab, screen_keys
 from ..reports.gate import evaluate, stored_remeasure
-from ..reports.gate_record import write_gate_record
+from ..reports.gate_record import stored_partial, write_gate_record
 from ..reports.verdicts import GateResult, Verdict
 from ..results.baseline import baseline_dir, load_baseline
 from ..results.store import load_run, read_meta, write_meta
@@ -106,16 +106,19 @@ def current_side_plugins(runner: BenchRunner, plugins: tuple[str, ...],
 
 
 def stored_gate(run_dir: Path, matrix: str, baselines: str | Path, arch: str,
-                settings: Settings) -> tuple[GateResult, str, set[tuple[str, str, str]]]:
-    """The matrix's gate as its bench reached it (stored confirmations replayed), the
-    baseline's commit, and the keys the A/B screen flags (``reports.ab_confirm.screen_keys``);
+                settings: Settings) -> tuple[GateResult, str, set[tuple[str, str, str]], bool]:
+    """The matrix's gate as its bench reached it (stored confirmations replayed, a partial
+    bench's unmeasured baseline rows not judged), the baseline's commit, the keys the A/B
+    screen flags (``reports.ab_confirm.screen_keys``) and whether the gate was partial;
     the run and the baseline are read once."""
     run = load_run(run_dir / f"{matrix}.csv")
     base = load_baseline(baseline_dir(Path(baselines), arch), [matrix])
+    partial = stored_partial(run.metas)
     result = evaluate(list(run.rows), base.rows, settings, margins=base.margins,
-                      remeasure=stored_remeasure(run.confirmations),
+                      remeasure=stored_remeasure(run.confirmations), partial=partial,
                       current_label=run.label, baseline_label=base.label)
-    return result, base.environment.commit, screen_keys(list(run.rows), base.rows, settings)
+    return (result, base.environment.commit, screen_keys(list(run.rows), base.rows, settings),
+            partial)
 
 
 @dataclass
@@ -125,11 +128,13 @@ class _Pending:
     result: GateResult
     base_commit: str
     slow: list
+    partial: bool = False
 
 
 def _pending(run_dir: Path, matrix: str, baselines: str | Path, arch: str, settings: Settings,
              echo: Callable[[str], None]) -> _Pending | None:
-    result, base_commit, screened = stored_gate(run_dir, matrix, baselines, arch, settings)
+    result, base_commit, screened, partial = stored_gate(run_dir, matrix, baselines, arch,
+                                                         settings)
     failing = [v for v in result.failures if v.verdict == Verdict.SLOWER]
     have = {v.key for v in failing}
     slow = failing + [v for v in result.verdicts
@@ -141,7 +146,7 @@ def _pending(run_dir: Path, matrix: str, baselines: str | Path, arch: str, setti
              f"{len(failing)} SLOWER row(s) only")
     echo(f"harness job: A/B of {matrix}: {len(failing)} SLOWER row(s), "
          f"{len(slow) - len(failing)} more moved beyond the {settings.ab_screen:.1%} screen")
-    return _Pending(result, base_commit, slow)
+    return _Pending(result, base_commit, slow, partial)
 
 
 def ab_confirm(
@@ -202,7 +207,7 @@ def _store(run_dir: Path, matrix: str, pending: _Pending, got: dict, base: str, 
     meta = read_meta(csv_path.with_suffix(".json"))
     write_meta(csv_path.with_suffix(".json"),
                replace(meta, extra={**meta.extra, AB_KEY: record.to_dict()}))
-    write_gate_record(csv_path, final)
+    write_gate_record(csv_path, final, partial=pending.partial)
     echo(f"harness job: {final.notes[-1]}; {matrix} exit {final.exit_code}")
     return final.exit_code
 

@@ -101,7 +101,7 @@ def gate_against_baseline(
                       partial=partial, current_label=current_label, baseline_label=base.label,
                       timing_reason=env_check.timing_reason)
     result = with_env_warnings(result, env_check.warnings)
-    write_gate_record(record, result)
+    write_gate_record(record, result, partial=partial)
     echo(text_table(result))
     counts = {str(k): n for k, n in result.counts().items() if n}
     echo(f"{command}: gate {matrix} vs {bdir}: {counts}; exit {result.exit_code}")

@@ -36,6 +36,7 @@ from ..errors import CompareError
 from ..reports.ab_confirm import apply_ab, record_for
 from ..reports.comparison import compare_runs, pool_rows, round_margins
 from ..reports.gate import stored_remeasure
+from ..reports.gate_record import stored_partial
 from ..reports.markdown import text_table
 from ..reports.render import write_reports
 from ..reports.verdicts import GateResult
@@ -211,6 +212,7 @@ def compare(
             a_rows, b_rows, run_a, run_b, settings,
             a_label=a.label, b_label=b.label, margins=margins, a_stored=a.run is not None,
             remeasure=remeasure, strict_env=strict_env, echo=echo,
+            partial=b.run is not None and stored_partial(b.run.metas),   # as its bench gated it
             notes=(f"noise margins from {rounds} interleaved rounds per side (A/A spread)",))
         if a.run is not None and b.run is not None:
             # a stored run against its stored baseline: replay the job's A/B readings

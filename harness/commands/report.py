@@ -22,7 +22,7 @@ from ..config import Settings
 from ..errors import EXIT_ERROR, one_line, worst_exit
 from ..reports.ab_confirm import apply_ab, record_for
 from ..reports.gate import evaluate, stored_remeasure
-from ..reports.gate_record import agreement
+from ..reports.gate_record import agreement, stored_partial
 from ..reports.markdown import text_table
 from ..reports.render import write_reports
 from ..reports.verdicts import GateResult
@@ -109,7 +109,9 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
     rows = [r for r in stored.rows if r.matrix not in skip]
     # the bench's confirmation re-measurements, stored with the run, are replayed: the
     # same rows, baseline and settings give the verdicts the bench printed
-    result = evaluate(rows, base_rows, settings, margins=margins, partial=partial,
+    # a run its bench gated as partial (--mode/--paths/--filter) is read the same way
+    result = evaluate(rows, base_rows, settings, margins=margins,
+                      partial=partial or stored_partial(stored.metas),
                       remeasure=stored_remeasure(stored.confirmations),
                       current_label=stored.label, baseline_label=base_label,
                       timing_reason=timing_reason)

@@ -90,9 +90,10 @@ def compare_runs(
     a_rows: Sequence[ResultRow], b_rows: Sequence[ResultRow], run_a: Run, run_b: Run,
     settings: Settings, *, a_label: str, b_label: str, margins: Mapping[Key, float] | None = None,
     a_stored: bool = False, remeasure: Remeasure | None = None, notes: Sequence[str] = (),
-    strict_env: bool = False, echo: Callable[[str], None] = print,
+    strict_env: bool = False, echo: Callable[[str], None] = print, partial: bool = False,
 ) -> GateResult:
-    """Gate ``b_rows`` against ``a_rows``; ``run_a`` / ``run_b`` give each side's
+    """Gate ``b_rows`` against ``a_rows`` (``partial``: A's rows that B did not measure are
+    not judged, as for a filtered bench); ``run_a`` / ``run_b`` give each side's
     environment and settings (for a measured side: its first round).
 
     Refused sides raise ``IncompatibleBaselineError``; the warnings are echoed and lead
@@ -125,7 +126,8 @@ def compare_runs(
     if len({r.matrix for r in a_rows}) == 1 and len({r.matrix for r in b_rows}) == 1:
         a_rows = [replace(r, matrix=b_rows[0].matrix) for r in a_rows]
     result = evaluate(b_rows, a_rows, settings, margins=margins, remeasure=remeasure,
-                      baseline_label=f"A: {a_label}", current_label=f"B: {b_label}",
+                      partial=partial, baseline_label=f"A: {a_label}",
+                      current_label=f"B: {b_label}",
                       timing_reason=env.timing_reason)
     if notes:
         result = replace(result, notes=result.notes + notes)

@@ -29,8 +29,10 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def write_gate_record(csv_path: str | Path, result: GateResult) -> None:
-    """Store ``result``'s verdicts and confirmation rows beside the result CSV."""
+def write_gate_record(csv_path: str | Path, result: GateResult, *, partial: bool = False) -> None:
+    """Store ``result``'s verdicts and confirmation rows beside the result CSV; ``partial``:
+    the gate judged only the cases, paths and modes the run measured (a filtered bench), so
+    every later reading of the run does the same (``stored_partial``)."""
     csv_path = Path(csv_path)
     if result.remeasured:
         write_rows(confirm_path(csv_path), result.remeasured)
@@ -45,9 +47,17 @@ def write_gate_record(csv_path: str | Path, result: GateResult) -> None:
     failing = Counter(v.verdict.value for v in result.failures)
     gate = {"baseline": result.baseline_label, "has_baseline": result.has_baseline,
             "exit_code": result.exit_code, "failing": dict(sorted(failing.items())),
+            "partial": bool(partial),
             "verdicts": verdict_map(result), "confirmations": confirmed,
             "notes": list(result.notes)}
     write_meta(json_path, replace(meta, extra={**meta.extra, "gate": gate}))
+
+
+def stored_partial(metas) -> bool:
+    """Whether the bench gated any of the run's matrices as a partial run (``--mode``,
+    ``--paths``, ``--filter``): baseline rows it did not measure were not judged MISSING."""
+    return any(bool(((getattr(m, "extra", None) or {}).get("gate") or {}).get("partial"))
+               for m in metas.values())
 
 
 def stored_verdicts(metas) -> dict[str, str]:

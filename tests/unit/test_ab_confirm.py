@@ -126,12 +126,12 @@ class ThisMachine:
                           environment=env))
 
 
-def _stored(tmp_path, base_sha: str, head_sha: str, factor=SLOW):
-    """baselines/sm90 recorded at ``base_sha`` on another machine; this machine's run of
-    ``head_sha`` stored with its gate record (marlin_asym x ``factor``: failing SLOWER at
-    the default 6%)."""
+def _stored(tmp_path, base_sha: str, head_sha: str, factor=SLOW, baseline=BASE):
+    """baselines/sm90 (``baseline``'s rows) recorded at ``base_sha`` on another machine;
+    this machine's run of ``head_sha`` (BASE's rows) stored with its gate record
+    (marlin_asym x ``factor``: failing SLOWER at the default 6%)."""
     env = Environment(arch="sm90", gpu_name="synthetic H200", commit=base_sha[:12])
-    write_run(tmp_path / "acc" / "sm90", BASE, RunMeta(
+    write_run(tmp_path / "acc" / "sm90", baseline, RunMeta(
         matrix="synthetic", commit=base_sha[:12], arch="sm90", environment=env,
         settings=S.to_dict()))
     assert main(["baseline", "accept", str(tmp_path / "acc" / "sm90"),
@@ -167,6 +167,36 @@ def test_ab_confirm_clears_the_machine_offset_and_keeps_a_real_slowdown(
     assert main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines"),
                  "--out", str(tmp_path / "rep")]) == exit_code
     assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
+
+
+def test_a_graph_only_run_stays_partial_through_the_ab(tmp_path, capsys):
+    """`harness job --mode graph` (a partial bench) against a baseline with cold rows too:
+    on the H200 the A/B step re-gated the run as if complete, and its rewritten record
+    failed the 168 unmeasured cold rows as MISSING beside the confirmed SLOWER ones."""
+    from harness.results.store import load_run
+
+    repo, base_sha, head_sha = _repo(tmp_path, "1.05")
+    both = BASE + [replace(r, mode="cold") for r in BASE]   # the baseline has cold rows too
+    run_dir = _stored(tmp_path, base_sha, head_sha, baseline=both)
+    cur = list(load_run(run_dir / "synthetic.csv").rows)
+    full = evaluate(cur, both, S)
+    assert "MISSING" in {v.verdict.value for v in full.failures}   # what the bug stored
+    write_gate_record(run_dir / "synthetic.csv", evaluate(cur, both, S, partial=True),
+                      partial=True)
+    code = ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, rounds=2, repo=repo,
+                             runner=ThisMachine(), echo=lambda s: None)
+    gate = read_meta(run_dir / "synthetic.json").extra["gate"]
+    assert code == 1 and gate["partial"] is True
+    assert set(gate["failing"]) == {"SLOWER"} and len(gate["verdicts"]) == len(cur)
+    capsys.readouterr()   # report and compare read it as partial without being told
+    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / "rep")]) == 1
+    out = capsys.readouterr().out
+    assert "verdicts agree with the bench's stored gate on all" in out and "MISSING" not in out
+    assert main(["compare", str(tmp_path / "baselines" / "sm90"), str(run_dir),
+                 "--out", str(tmp_path / "cmp")]) == 1
+    assert "MISSING" not in capsys.readouterr().out
 
 
 def test_ab_confirm_says_why_when_the_baseline_commit_is_not_in_the_repository(tmp_path):
