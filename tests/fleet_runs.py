@@ -15,6 +15,8 @@ and its confirmation rows):
 
 from __future__ import annotations
 
+import shutil
+import tarfile
 from pathlib import Path
 
 from harness.cli import main
@@ -93,4 +95,29 @@ def write_fleet(root: Path) -> dict[str, Path]:
                            resample(base90, 5, factor=FACTORS["sm90"]), base90) == 0
     cpu = make_rows(shapes=SHAPES, ms=(1, 16), cpu=True, seed=7, commit=COMMIT)
     write_bench_run(dirs["cpu"], ENVS["cpu"], cpu, [])
+    return dirs
+
+
+#: Two real `nox -s bench-sm90` runs from fresh H200s and the sm90 baselines they were
+#: gated against (tests/fixtures/README.md).
+REAL_FLEET = Path(__file__).parent / "fixtures" / "h200-fleet.tar.gz"
+REAL_GPUS = {"962639adcb5d": "1cf82e4e-8fad-06d8-23b0-48c21f35559f",
+             "19a4995b2aaf": "d34e78a2-21c1-f493-acc1-2a59bc91184a"}
+
+
+def real_fleet(root: Path, cpu_run: bool = True) -> dict[str, Path]:
+    """Unpack ``REAL_FLEET`` under ``root`` (``root/baselines/sm90``, ``root/fleet/...``),
+    add this project's CPU baselines and, with ``cpu_run``, one CPU run of the main job
+    made here (``root/fleet/cpu/results/...``). Returns the run directories by commit
+    (the CPU one as "cpu")."""
+    root = Path(root)
+    with tarfile.open(REAL_FLEET) as tar:
+        tar.extractall(root, filter="data")
+    shutil.copytree(Path(__file__).parents[1] / "baselines" / "cpu", root / "baselines" / "cpu")
+    dirs = {c: next((root / "fleet").glob(f"*/results/{c}/sm90")) for c in REAL_GPUS}
+    if cpu_run:
+        out = root / "fleet" / "cpu" / "results"
+        assert main(["job", "--cpu", "--out", str(out), "--baselines", str(root / "baselines"),
+                     "--no-progress"]) == 0
+        dirs["cpu"] = next(out.glob("*/cpu"))
     return dirs

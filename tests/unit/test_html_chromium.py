@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fleet_runs import ENVS, write_fleet
+from fleet_runs import ENVS, REAL_GPUS, real_fleet, write_fleet
 
 from harness.cli import main
 from harness.config import load_settings
@@ -167,6 +167,44 @@ def test_fleet_page_renders_in_headless_chromium(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == (1400, 3000)
     assert len(data) > 50_000  # a blank page compresses to a few KB
+
+
+def test_real_fleet_page_renders_in_headless_chromium(tmp_path):
+    """Issue #19's acceptance: `harness merge` of three real result directories (two H200
+    runs from separate device calls, tests/fixtures/h200-fleet.tar.gz, and a CPU run made
+    here) opened in Chromium: exit 0, a section per arch, both machines, the summary table;
+    a screenshot is kept (``artifacts/fleet_real.png``)."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("Chromium not installed (/usr/bin/chromium or chromium on PATH); "
+                    "install it with `apt-get install -y chromium`")
+    real_fleet(tmp_path)
+    out = tmp_path / "merged"
+    assert main(["merge", str(tmp_path / "fleet"), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(out)]) == 0
+    url = (out / "index.html").resolve().as_uri()
+    dom = _run(browser, tmp_path / "profile-dom", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = dom.stdout
+    status = re.search(r'<div class="banner [a-z]+" id="fleet-status">([^<]*)</div>', text)
+    assert status and status.group(1).startswith("exit 0"), status
+    assert re.findall(r'<section class="arch" id="arch-([^"]+)">', text) == ["cpu", "sm90"]
+    machines = text[text.index('id="machines"'):text.index('id="summary"')]
+    assert all(uuid in machines for uuid in REAL_GPUS.values()) and "NVIDIA H200" in machines
+    summary = text[text.index('id="summary"'):text.index('id="winners"')]
+    for path in ("fp16_cache", "marlin_asym", "native_int4"):
+        assert path in summary
+    assert "SAME" in summary and "failing" in summary   # arch x machine x path x verdict
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "fleet_real.png"
+    if shot.exists():
+        shot.unlink()
+    run = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}",
+               "--window-size=1400,3000", "--hide-scrollbars", url)
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
 
 
 def test_history_page_renders_in_headless_chromium(tmp_path):
