@@ -18,15 +18,23 @@ dequantized weight is W = q * scale + zero, exact in fp64.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from .case import GemmCase
+from .data_cache import cached_arrays
 
 DATA_VERSION = 1
+#: What determines the bits of the data besides the arguments: this file's source and the
+#: numerical libraries' versions (the disk cache's key, ``data_cache``).
+VERSION_KEY = hashlib.sha256(b"|".join([
+    Path(__file__).read_bytes(), np.__version__.encode(), torch.__version__.encode(),
+])).hexdigest()[:16]
 _SQRT3 = 1.7320508075688772  # sqrt(3) as a literal: Irwin-Hall(4) has variance 1/3
 
 # Stream ids keep weights, activations and the second SwiGLU weight independent.
@@ -183,16 +191,27 @@ class CaseData:
 @lru_cache(maxsize=4)
 def case_weight(N: int, K: int, group_size: int, seed: int, symmetric: bool = False,
                 stream: int = _STREAM_WEIGHT) -> QuantizedWeight:
-    """The quantized weight of a shape; shared by every M of that shape (cached)."""
-    w = generate_weight(N, K, seed, stream)
-    return quantize_symmetric(w, group_size) if symmetric else quantize_asymmetric(w, group_size)
+    """The quantized weight of a shape; shared by every M of that shape (cached in memory
+    and on disk, ``data_cache``)."""
+    def make() -> dict[str, np.ndarray]:
+        w = generate_weight(N, K, seed, stream)
+        qw = quantize_symmetric(w, group_size) if symmetric else quantize_asymmetric(w, group_size)
+        return {"q": qw.q.numpy(), "scale": qw.scale.numpy(), "zero": qw.zero.numpy()}
+
+    a = cached_arrays("weight", (N, K, group_size, seed, int(symmetric), stream), VERSION_KEY,
+                      make)
+    return QuantizedWeight(torch.from_numpy(a["q"]), torch.from_numpy(a["scale"]),
+                           torch.from_numpy(a["zero"]), group_size, symmetric=symmetric)
 
 
 @lru_cache(maxsize=16)
 def _case_activations(M: int, K: int, seed: int) -> torch.Tensor:
     """``generate_activations`` cached: a matrix's shapes share (M, K, seed) (production:
-    6 weights at K=2048 per M), and generating them was most of a GPU bench's data stage."""
-    return generate_activations(M, K, seed)
+    6 weights at K=2048 per M), and generating them was most of a GPU bench's data stage;
+    on disk too (``data_cache``)."""
+    a = cached_arrays("activations", (M, K, seed), VERSION_KEY,
+                      lambda: {"A": generate_activations(M, K, seed).numpy()})
+    return torch.from_numpy(a["A"])
 
 
 def case_data(case: GemmCase, symmetric: bool = False) -> CaseData:
