@@ -36,6 +36,7 @@ if [ -n "${FROM_BUNDLE:-}" ] && [ -f .bundle/repo.bundle ]; then
   unset HARNESS_COMMIT
 fi
 export PYTHONUNBUFFERED=1 HARNESS_BUILD_DIR=${HARNESS_BUILD_DIR:-/tmp/harness-build}
+export HARNESS_DATA_CACHE=${HARNESS_DATA_CACHE:-/tmp/harness-data}   # beside the build cache
 # the dispatcher switches of `nox -s bench-sm90`, so every step measures what nox measures
 export TINYLOOP_USE_MARLIN=${TINYLOOP_USE_MARLIN:-1} HARNESS_MARLIN_SM90=${HARNESS_MARLIN_SM90:-1}
 if [ -d .whl ] && ! python3 -c "import optimum.quanto" 2>/dev/null; then
