@@ -13,7 +13,8 @@
 #   report  `harness report` on each stored run against the committed baselines
 #   summary scripts/acceptance_summary.py on each stored run (planted share with PLANT)
 #   testsgpu `nox -s tests-gpu`; fleet: the fleet build's SASS test (issue 19);
-#           bisect: scripts/bisect_acceptance.sh (issue 20; needs FROM_BUNDLE)
+#           bisect: scripts/bisect_acceptance.sh (issue 20; needs FROM_BUNDLE);
+#           kernels: `harness study kernels` warm and --cold-l2 (issue 21), CSVs under $OUT
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
 #   plantedjob  `harness job --steps gemm --mode graph` (the gating mode) with the planted
 #           slowdown (PLANT) and $JOB_ARGS,
@@ -94,4 +95,6 @@ fi
 [[ $steps == *" testsgpu "* ]] && step testsgpu python3 -m nox -s tests-gpu
 [[ $steps == *" fleet "* ]] && step fleet python3 -m pytest -v -m slow tests/gpu/test_fleet_build_gpu.py
 [[ $steps == *" bisect "* ]] && step bisect bash scripts/bisect_acceptance.sh "$res/bisect"
+[[ $steps == *" kernels "* ]] && step kernels python3 -m harness study kernels --out "$out/$tag-kernels.csv" \
+  && step kernels-cold python3 -m harness study kernels --cold-l2 --out "$out/$tag-kernels-cold.csv"
 true

@@ -30,6 +30,9 @@ STUDIES: dict[str, Study] = {
     "correction": Study("harness.studies.correction_study",
                         "every correction variant of marlin_asym checked and timed against "
                         "Marlin alone (docs/hopper.md)"),
+    "kernels": Study("harness.studies.correction_kernels",
+                     "each correction kernel's device time beside its floor (the empty "
+                     "kernel, bytes / copy bandwidth), per shape and variant (docs/hopper.md)"),
     "determinism": Study("harness.studies.determinism",
                          "run-to-run determinism per (case, path): distinct outputs and the "
                          "accuracy spread (docs/measurement.md §10)"),
@@ -49,7 +52,7 @@ def _description() -> str:
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("study", help="one-off investigations (gate, planted, correction, "
-                                     "determinism, crosscheck, timer)",
+                                     "kernels, determinism, crosscheck, timer)",
                        description=_description(),
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name", choices=list(STUDIES), metavar="NAME",

@@ -1,0 +1,92 @@
+"""`harness study kernels` without a GPU: which profiler kernels are whose, the bytes each
+kernel must move, the floor and the ratio, the summary, and the one-line refusals."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from harness.cases import GemmCase
+from harness.cli import main
+from harness.studies.correction_kernels import (
+    VARIANT_KERNELS,
+    kernel_bytes,
+    kernel_class,
+    kernel_rows,
+    medians_by_kernel,
+    parse_args,
+    summary_lines,
+)
+
+# kernel names as torch.profiler reports them (CUPTI's demangled names)
+ASUM = ("harness_int4::corr_detail::(anonymous namespace)::asum_kernel(__half const*, float*, "
+        "int, int, int, int, int)")
+TILE = ("void harness_int4::corr_detail::(anonymous namespace)::corr_tile_kernel<4, false, "
+        "false>(...)")
+SEED_SUM = "harness_int4::(anonymous namespace)::a_group_sum_kernel(__half const*, float*, int)"
+SEED_ACC = "void harness_int4::(anonymous namespace)::correction_accum_kernel<false>(__half*, ...)"
+FLUSH = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<unsigned char>>"
+EMPTY = "void harness_int4::corr_detail::(anonymous namespace)::empty_kernel<false>()"
+
+
+def test_profiler_names_map_to_the_studys_kernels():
+    assert [kernel_class(n) for n in (ASUM, TILE, SEED_SUM, SEED_ACC, FLUSH, EMPTY)] == \
+           ["asum", "corr_tile", "a_group_sum", "correction_accum", None, "empty"]
+
+
+def test_bytes_each_kernel_must_move():
+    M, N, K, g = 1024, 6144, 2048, 2048            # one group: G = 1
+    assert kernel_bytes("asum", M, N, K, g) == 2 * M * K + 4 * M
+    assert kernel_bytes("corr_tile", M, N, K, g) == 4 * M * N + 4 * M + 4 * N
+    assert kernel_bytes("corr_tile+sum", M, N, K, g) == 4 * M * N + 2 * M * K + 4 * N
+    # the issue's figure: corr_tile at M=1024, N=6144 moves the 12.6 MB output twice
+    assert kernel_bytes("corr_tile", M, N, K, g) / 1e6 == pytest.approx(25.2, rel=0.01)
+    with pytest.raises(ValueError, match="kernel 'marlin' is not one of"):
+        kernel_bytes("marlin", M, N, K, g)
+
+
+def test_rows_floor_ratio_and_what_is_left_out():
+    case = GemmCase(1024, 6144, 2048, 2048)
+    spans = [(TILE, float(i), 22.0 + i % 3) for i in range(9)] + \
+            [(ASUM, 0.0, 5.0)] * 9 + [(FLUSH, 0.0, 300.0)] * 9
+    med = medians_by_kernel(spans, "side_stream")
+    assert med == {"corr_tile": (23.0, 9), "asum": (5.0, 9)}      # the flush is not counted
+    rows = kernel_rows(case, "side_stream", med, copy_gbps=4300.0, empty_us=1.5, l2="warm")
+    assert [r.kernel for r in rows] == list(VARIANT_KERNELS["side_stream"])
+    tile = rows[1]
+    assert tile.bw_floor_us == pytest.approx(25_194_496 / 4.3e6)     # 5.86 us
+    assert tile.floor_us == tile.bw_floor_us and tile.ratio == pytest.approx(23.0 / 5.859, 1e-3)
+    assert not tile.within                                           # 3.9x its floor
+    asum = rows[0]
+    assert asum.bw_floor_us == pytest.approx((2 * 1024 * 2048 + 4 * 1024) / 4.3e6)
+    assert asum.ratio == pytest.approx(5.0 / asum.floor_us)
+    # at decode the empty kernel is the floor
+    tiny = kernel_rows(GemmCase(1, 2048, 2048, 128), "side_stream",
+                       {"asum": (2.0, 9), "corr_tile": (2.5, 9)}, 4300.0, 1.8, "warm")
+    assert all(r.floor_us == 1.8 for r in tiny) and [r.within for r in tiny] == [True, True]
+    # fused's tile sums A itself; a kernel missing from the profile is NaN with a note
+    fused = kernel_rows(case, "fused", medians_by_kernel([(TILE, 0.0, 30.0)], "fused"),
+                        4300.0, 1.5, "cold")
+    assert fused[0].kernel == "corr_tile+sum" and fused[0].time_us == 30.0
+    lost = kernel_rows(case, "two_kernel_lean", {}, 4300.0, 1.5, "warm")
+    assert all(math.isnan(r.time_us) and not r.within and "not in the profile" in r.note
+               for r in lost)
+    lines = summary_lines(rows + tiny)
+    assert any("corr_tile" in ln and "1/2 shapes" in ln and "worst 3.93" in ln for ln in lines)
+
+
+def test_bad_arguments_and_no_gpu_are_one_line(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--variants", "side_stream,graph"])
+    assert "--variants: 'graph' is not one of" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(["--reps", "2"])
+    assert "--reps must be >= 5" in capsys.readouterr().err
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: the study would run")
+    assert main(["study", "kernels", "--filter", "M == 1"]) == 2
+    assert capsys.readouterr().err.strip() == \
+           "harness study kernels: needs a CUDA GPU (none is visible)"
