@@ -63,11 +63,17 @@ def _run(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess
                           capture_output=True, text=True, timeout=120)
 
 
-def test_report_renders_in_headless_chromium(report, tmp_path):
-    browser = _chromium()
-    if browser is None:
+@pytest.fixture
+def browser() -> str:
+    """The Chromium executable; the test skips, saying how to install it, when there is none."""
+    found = _chromium()
+    if found is None:
         pytest.skip("Chromium not installed (/usr/bin/chromium or chromium on PATH); "
                     "install it with `apt-get install -y chromium`")
+    return found
+
+
+def test_report_renders_in_headless_chromium(browser, report, tmp_path):
     html_path, result = report
     url = html_path.resolve().as_uri()
 
@@ -84,28 +90,13 @@ def test_report_renders_in_headless_chromium(report, tmp_path):
     assert text.count("<svg") == 5 and text.count("</svg>") == 5
     assert "TFLOPS" in text and "roofline" in text
 
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "html_report.png"
-    if shot.exists():
-        shot.unlink()
-    run = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}",
-               "--window-size=1400,4000", "--hide-scrollbars", url)
-    assert run.returncode == 0, run.stderr[-2000:]
-    data = shot.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-    assert (width, height) == (1400, 4000)
-    assert len(data) > 50_000  # a blank page compresses to a few KB
+    _screenshot(browser, tmp_path, url, "html_report.png", height=4000)
     shutil.copy(html_path, ARTIFACTS / "html_report.html")
 
 
-def test_cpu_report_shows_stand_in_labels_and_the_glossary_link(tmp_path):
+def test_cpu_report_shows_stand_in_labels_and_the_glossary_link(browser, tmp_path):
     """A CPU run's report in Chromium: every path marked as a CPU stand-in, the note saying
     what that means, and a link from the top of the page to the verdicts explained."""
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("Chromium not installed (/usr/bin/chromium or chromium on PATH); "
-                    "install it with `apt-get install -y chromium`")
     rows = make_rows(ms=(1, 16), cpu=True, seed=5)
     result = evaluate(rows, [], load_settings(), current_label="cpu run")
     files = write_reports(result, tmp_path / "out", "report", rows=rows,
@@ -124,22 +115,42 @@ def test_cpu_report_shows_stand_in_labels_and_the_glossary_link(tmp_path):
     assert "CPU stand-in" in md and "Verdicts explained" in md
 
 
-def test_fleet_page_renders_in_headless_chromium(tmp_path):
-    """`harness merge`'s index.html in Chromium: the fleet's exit code, one section per arch,
-    the machines, the summary table and the winners side by side in the rendered DOM, and
-    a screenshot (``artifacts/fleet_report.png``) that is not blank."""
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("Chromium not installed (/usr/bin/chromium or chromium on PATH); "
-                    "install it with `apt-get install -y chromium`")
-    write_fleet(tmp_path)
+def _merged_dom(browser: str, tmp_path: Path, exit_code: int) -> tuple[str, str]:
+    """`harness merge` of ``tmp_path/fleet`` against ``tmp_path/baselines`` (asserting its
+    exit code), then the page's DOM as Chromium renders it; returns (DOM, page URL)."""
     out = tmp_path / "merged"
     assert main(["merge", str(tmp_path / "fleet"), "--baseline", str(tmp_path / "baselines"),
-                 "--out", str(out)]) == 1
+                 "--out", str(out)]) == exit_code
     url = (out / "index.html").resolve().as_uri()
     dom = _run(browser, tmp_path / "profile-dom", "--dump-dom", url)
     assert dom.returncode == 0, dom.stderr[-2000:]
-    text = dom.stdout
+    return dom.stdout, url
+
+
+def _screenshot(browser: str, tmp_path: Path, url: str, name: str, height: int = 3000) -> bytes:
+    """A 1400 x ``height`` screenshot of ``url`` kept as ``artifacts/<name>``, checked to be
+    a PNG of that size that is not blank; its bytes."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / name
+    if shot.exists():
+        shot.unlink()
+    run = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}",
+               f"--window-size=1400,{height}", "--hide-scrollbars", url)
+    assert run.returncode == 0, run.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == \
+           (1400, height)
+    assert len(data) > 50_000  # a blank page compresses to a few KB
+    return data
+
+
+def test_fleet_page_renders_in_headless_chromium(browser, tmp_path):
+    """`harness merge`'s index.html in Chromium: the fleet's exit code, one section per arch,
+    the machines, the summary table and the winners side by side in the rendered DOM, and
+    a screenshot (``artifacts/fleet_report.png``) that is not blank."""
+    write_fleet(tmp_path)
+    text, url = _merged_dom(browser, tmp_path, 1)
     status = re.search(r'<div class="banner fail" id="fleet-status">([^<]*)</div>', text)
     assert status and status.group(1).startswith("exit 1 (a failing verdict)")
     sections = re.findall(r'<section class="arch" id="arch-([^"]+)">', text)
@@ -155,37 +166,16 @@ def test_fleet_page_renders_in_headless_chromium(tmp_path):
     assert "fp16_cache" in winners and "native_int4" in winners
     sm89 = text[text.index('id="arch-sm89"'):text.index('id="arch-sm90"')]
     assert sm89.count(">SLOWER<") >= 6                  # the failing rows of that run
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "fleet_report.png"
-    if shot.exists():
-        shot.unlink()
-    run = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}",
-               "--window-size=1400,3000", "--hide-scrollbars", url)
-    assert run.returncode == 0, run.stderr[-2000:]
-    data = shot.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == (1400, 3000)
-    assert len(data) > 50_000  # a blank page compresses to a few KB
+    _screenshot(browser, tmp_path, url, "fleet_report.png")
 
 
-def test_real_fleet_page_renders_in_headless_chromium(tmp_path):
+def test_real_fleet_page_renders_in_headless_chromium(browser, tmp_path):
     """Issue #19's acceptance: `harness merge` of three real result directories (two H200
     runs from separate device calls, tests/fixtures/h200-fleet.tar.gz, and a CPU run made
     here) opened in Chromium: exit 0, a section per arch, both machines, the summary table;
     a screenshot is kept (``artifacts/fleet_real.png``)."""
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("Chromium not installed (/usr/bin/chromium or chromium on PATH); "
-                    "install it with `apt-get install -y chromium`")
     real_fleet(tmp_path)
-    out = tmp_path / "merged"
-    assert main(["merge", str(tmp_path / "fleet"), "--baseline", str(tmp_path / "baselines"),
-                 "--out", str(out)]) == 0
-    url = (out / "index.html").resolve().as_uri()
-    dom = _run(browser, tmp_path / "profile-dom", "--dump-dom", url)
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    text = dom.stdout
+    text, url = _merged_dom(browser, tmp_path, 0)
     status = re.search(r'<div class="banner [a-z]+" id="fleet-status">([^<]*)</div>', text)
     assert status and status.group(1).startswith("exit 0"), status
     assert re.findall(r'<section class="arch" id="arch-([^"]+)">', text) == ["cpu", "sm90"]
@@ -195,26 +185,13 @@ def test_real_fleet_page_renders_in_headless_chromium(tmp_path):
     for path in ("fp16_cache", "marlin_asym", "native_int4"):
         assert path in summary
     assert "SAME" in summary and "failing" in summary   # arch x machine x path x verdict
-
-    ARTIFACTS.mkdir(exist_ok=True)
-    shot = ARTIFACTS / "fleet_real.png"
-    if shot.exists():
-        shot.unlink()
-    run = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}",
-               "--window-size=1400,3000", "--hide-scrollbars", url)
-    assert run.returncode == 0, run.stderr[-2000:]
-    data = shot.read_bytes()
-    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 50_000
+    _screenshot(browser, tmp_path, url, "fleet_real.png")
 
 
-def test_history_page_renders_in_headless_chromium(tmp_path):
+def test_history_page_renders_in_headless_chromium(browser, tmp_path):
     """The history page in Chromium: the steps table with the planted step (commit, rows,
     size, verdict), one plot per (matrix, path, mode), gaps with their reasons; a
     screenshot is kept (``artifacts/history.png``)."""
-    browser = _chromium()
-    if browser is None:
-        pytest.skip("Chromium not installed (/usr/bin/chromium or chromium on PATH); "
-                    "install it with `apt-get install -y chromium`")
     shas = [f"{i:x}" * 40 for i in range(1, 9)]
     base = make_rows(ms=(1, 16, 64), seed=3, paths=("fp16_cache", "marlin_asym"), peers=())
     root = tmp_path / "results"
