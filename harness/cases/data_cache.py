@@ -13,6 +13,8 @@ file carries the SHA-256 of its arrays (name, dtype, shape, bytes); a file that 
 load or to match it is regenerated and replaced. Writes go to a temporary file renamed
 into place, so concurrent processes and a crash never leave a torn entry. The cache is
 best effort: a directory that cannot be written is skipped, with the data generated.
+Nothing is evicted (a new generator leaves the old entries behind): delete the folder
+to reclaim the space.
 
 ``HARNESS_DATA_CACHE``: the directory (default ``~/.cache/int4-harness/data``, beside the
 build cache's default); ``0``, ``off`` or ``none`` turns the cache off.
