@@ -223,6 +223,7 @@ def run(args: argparse.Namespace) -> int:
         code, err = _run_step(["ppl", *ppl, *_common(args)])
         results.append(StepResult("ppl", "ppl", code, seconds=time.perf_counter() - t1, reason=err))
     run_dir = _run_dir(args, git_commit())
+    t_ab = time.perf_counter()
     if args.ab_confirm and run_dir is not None:
         gated = [r.matrix for r in results
                  if r.step != "ppl" and r.exit_code in (EXIT_PASS, EXIT_FAIL)]
@@ -232,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
                            settings=settings_from_args(args), rounds=args.ab_rounds)
         except EXPECTED_ERRORS as exc:     # e.g. an unreadable stored run or baseline
             print(f"harness job: A/B not done, the verdicts stand: {one_line(exc)}")
+    timing = _timing(results, time.perf_counter() - t_ab, time.perf_counter() - t0)
     for r in results:
         r.rows, r.verdicts, gate = _gate_record(run_dir, r.matrix) if run_dir else (0, {}, {})
         if r.step != "ppl" and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and gate:
@@ -241,14 +243,28 @@ def run(args: argparse.Namespace) -> int:
         r.reason = r.reason or _reason(r.exit_code, gate.get("failing", {}), bool(gate))
     worst = worst_exit([r.exit_code for r in results])
     _print_summary(results, worst, time.perf_counter() - t0)
+    print("harness job: time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timing.items()))
     if run_dir is not None and run_dir.is_dir():
         (run_dir / "job.json").write_text(json.dumps(
             {"commit": git_commit(), "exit_code": worst,
              "wall_s": round(time.perf_counter() - t0, 1),
+             "seconds": {k: round(v, 1) for k, v in timing.items()},
              "steps": [r.__dict__ for r in results]}, indent=2) + "\n", encoding="utf-8")
         print(f"harness job: reports of this run: harness report {run_dir} "
               f"--baseline {args.baselines}")
     return worst
+
+
+def _timing(results: list[StepResult], ab_s: float, wall_s: float) -> dict[str, float]:
+    """Where the job's wall time went: the bench process (its matrices), ppl, the A/B
+    confirmation (0 when nothing was flagged or it is off) and the whole job."""
+    bench = [r for r in results if r.step != "ppl"]
+    out = {f"bench ({'+'.join(r.matrix for r in bench)})": bench[0].seconds} if bench else {}
+    for r in results:
+        if r.step == "ppl":
+            out["ppl"] = r.seconds
+    out.update({"A/B": ab_s, "total": wall_s})
+    return out
 
 
 def _run_dir(args, commit: str) -> Path | None:

@@ -97,6 +97,9 @@ def test_a_planted_slowdown_is_confirmed_ab(project):
     assert planted and all(v["verdict"] == "SLOWER" for v in planted.values()), rows
     assert all(abs(v["change"] - 0.05) < 0.01 for v in planted.values()), planted
     assert all(v["verdict"] != "SLOWER" for k, v in rows.items() if k not in planted)
+    took = json.loads((run / "job.json").read_text())["seconds"]    # the A/B's cost is shown
+    assert took["A/B"] > 0 and took["total"] >= took["bench (smoke)"] + took["A/B"] - 0.15
+    assert "harness job: time: bench (smoke) " in proc.stdout
     rep = _report(project, run)
     assert rep.returncode == 1
     assert "verdicts agree with the bench's stored gate on all" in rep.stdout

@@ -43,6 +43,12 @@ def test_the_job_says_no_baseline_per_step(tmp_path, capsys):
                  "--no-progress"]) == EXIT_NO_BASELINE
     table = capsys.readouterr().out
     assert table.count("no baseline for this arch") == 2          # gemm and ppl rows
+    # where the time went: printed, and in job.json (nothing to confirm: A/B 0 s)
+    assert "harness job: time: bench (smoke) " in table and ", A/B 0 s, total " in table
+    [job] = list(out.glob("*/cpu/job.json"))
+    took = json.loads(job.read_text())["seconds"]
+    assert list(took) == ["bench (smoke)", "ppl", "A/B", "total"] and took["A/B"] == 0
+    assert took["total"] >= took["bench (smoke)"] + took["ppl"] - 0.15 > 0  # each rounded to 0.1
 
 
 @pytest.mark.parametrize("ci", [False, True])
