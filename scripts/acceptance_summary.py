@@ -1,6 +1,7 @@
 """One line per gated matrix of a stored run, for the #16 acceptance table: its exit code,
 its failing verdicts, what the A/B confirmation did, and with ``--plant PATH`` how many of
-that path's rows in ``--mode`` (default graph) ended SLOWER and how many other rows fail.
+that path's rows in ``--mode`` (default graph) ended SLOWER and how many other rows fail;
+then, when the run has a ``job.json``, the job's exit code and where its time went.
 
     python scripts/acceptance_summary.py results/<commit>/sm90 [--plant fp16_cache]
 
@@ -41,6 +42,12 @@ def summarize(run_dir: Path, plant: str | None, mode: str) -> list[str]:
             line += (f"; planted {plant} ({mode}): {caught}/{len(mine)} SLOWER ({share}), "
                      f"{others} other failing row(s)")
         lines.append(line)
+    job_path = run_dir / "job.json"
+    if lines and job_path.is_file():           # the job's exit code and where its time went
+        job = json.loads(job_path.read_text())
+        took = job.get("seconds") or {"total": job.get("wall_s")}
+        lines.append(f"{run_dir} job: exit {job.get('exit_code')}; " + ", ".join(
+            f"{k} {v:.0f} s" for k, v in took.items() if isinstance(v, (int, float))))
     return lines
 
 

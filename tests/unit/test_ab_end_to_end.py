@@ -109,6 +109,7 @@ def test_a_planted_slowdown_is_confirmed_ab(project):
                              capture_output=True, text=True, check=True).stdout
     n = len(planted)
     assert f"planted fp16_cache (cpu): {n}/{n} SLOWER (100.0%), 0 other failing" in summary
+    assert f"{run} job: exit 1; bench (smoke) " in summary and ", A/B " in summary
 
 
 @pytest.mark.slow
