@@ -233,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
                            settings=settings_from_args(args), rounds=args.ab_rounds)
         except EXPECTED_ERRORS as exc:     # e.g. an unreadable stored run or baseline
             print(f"harness job: A/B not done, the verdicts stand: {one_line(exc)}")
-    timing = _timing(results, time.perf_counter() - t_ab, time.perf_counter() - t0)
+    ab_s = time.perf_counter() - t_ab
     for r in results:
         r.rows, r.verdicts, gate = _gate_record(run_dir, r.matrix) if run_dir else (0, {}, {})
         if r.step != "ppl" and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and gate:
@@ -242,12 +242,13 @@ def run(args: argparse.Namespace) -> int:
             r.exit_code = _code_from_record(gate)
         r.reason = r.reason or _reason(r.exit_code, gate.get("failing", {}), bool(gate))
     worst = worst_exit([r.exit_code for r in results])
-    _print_summary(results, worst, time.perf_counter() - t0)
+    wall = time.perf_counter() - t0
+    timing = _timing(results, ab_s, wall)     # one wall time: the title, the line, job.json
+    _print_summary(results, worst, wall)
     print("harness job: time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timing.items()))
     if run_dir is not None and run_dir.is_dir():
         (run_dir / "job.json").write_text(json.dumps(
-            {"commit": git_commit(), "exit_code": worst,
-             "wall_s": round(time.perf_counter() - t0, 1),
+            {"commit": git_commit(), "exit_code": worst, "wall_s": round(wall, 1),
              "seconds": {k: round(v, 1) for k, v in timing.items()},
              "steps": [r.__dict__ for r in results]}, indent=2) + "\n", encoding="utf-8")
         print(f"harness job: reports of this run: harness report {run_dir} "
