@@ -18,10 +18,11 @@
 # On one H200 (about 6-8 minutes with a cached build; the first build adds ~1 minute):
 #   bash scripts/bisect_acceptance.sh /tmp/bisect-acceptance
 # On a CPU, with the test suite's deterministic timer (what tests/unit/test_bisect_acceptance.py runs):
-#   MATRIX=smoke FILTER="M == 16 or M == 32" PATHS=fp16_cache,native_int4 MODE= \
+#   MATRIX=smoke FILTER="M == 16 or M == 32" PATHS=fp16_cache,native_int4 MODE=cpu \
 #     PLUGINS=tests/planted/fake_timer_plugin.py bash scripts/bisect_acceptance.sh
 # Knobs (environment): K (1-7, default 5), MATRIX (production), FILTER ("M == 1024"),
-# PATHS (fp16_cache), MODE (graph; empty: the bench's default), PLUGINS (more --plugin
+# PATHS (fp16_cache), MODE (graph; cpu: the CPU paths even on a GPU machine; empty: the
+# bench's default), PLUGINS (more --plugin
 # files, space-separated), MAX_MEASURED (4), PYTHON (python3), HARNESS_PLANT_PATH.
 set -euo pipefail
 PY=${PYTHON:-python3}

@@ -94,6 +94,13 @@ def arch_mismatch(expected: str | None, actual: str) -> str | None:
             f"(use --arch {actual}, or --force to run here and record {actual})")
 
 
+def wants_cpu(args) -> bool:
+    """True with ``--cpu``, or when ``--mode`` asks for the CPU mode only: ``--mode cpu``
+    means "time the CPU paths" on a GPU machine too (what an A/B or bisect of a CPU run
+    passes to the benches it starts)."""
+    return bool(args.cpu) or _split(args.mode) == ["cpu"]
+
+
 def _modes(args, device) -> tuple[str, ...]:
     modes = _split(args.mode) or (["cpu"] if device.type == "cpu" else ["cold", "graph"])
     allowed = ("cpu",) if device.type == "cpu" else ("cold", "graph")
@@ -172,10 +179,11 @@ def run(args: argparse.Namespace) -> int:
     from harness.kernels import base, registry_load  # heavy: torch (the paths)
     from harness.measure import envinfo, session  # heavy: torch (the engine)
 
-    cuda = torch.cuda.is_available() and not args.cpu
+    on_cpu = wants_cpu(args)
+    cuda = torch.cuda.is_available() and not on_cpu
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     actual = envinfo.arch_label(device)
-    msg = None if args.cpu else arch_mismatch(args.arch, actual)   # --cpu: the CPU is expected
+    msg = None if on_cpu else arch_mismatch(args.arch, actual)   # --cpu: the CPU is expected
     if msg and not (args.force and actual != "cpu"):
         print(msg)
         if ci_mode(args):      # in CI a job on the wrong runner must not go green

@@ -33,7 +33,7 @@ def test_bisect_and_history_find_the_planted_commit(tmp_path):
         pytest.skip("not a git checkout: the chain is built from this checkout's files")
     env = {k: v for k, v in os.environ.items() if k != "HARNESS_COMMIT"}
     env.update(K="5", MATRIX="smoke", FILTER="M == 16 or M == 32",
-               PATHS="fp16_cache,native_int4", MODE="", PYTHON=sys.executable,
+               PATHS="fp16_cache,native_int4", MODE="cpu", PYTHON=sys.executable,
                PLUGINS="tests/planted/fake_timer_plugin.py", HARNESS_PLANT_PATH="fp16_cache")
     work = tmp_path / "acceptance"
     proc = subprocess.run(["bash", str(SCRIPT), str(work)], cwd=ROOT, env=env,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 
 import pytest
@@ -278,3 +279,24 @@ def test_device_clock_only_moves_forward():
     assert clock() - t0 == pytest.approx(12.5e-6)
     with pytest.raises(ValueError, match="cannot go back"):
         clock.advance(-1.0)
+
+
+def test_mode_cpu_alone_runs_the_cpu_paths_where_a_gpu_is_visible(tmp_path, monkeypatch, capsys):
+    """``--mode cpu`` without ``--cpu`` on a GPU machine: the CPU paths, not an error. The A/B
+    and bisect of a CPU run pass only ``--mode cpu`` to the benches they start; on the H200
+    those benches refused ("--mode 'cpu' is not available on cuda") and the A/B was lost."""
+    from harness.cli import main
+
+    wants_cpu = bench_cli.wants_cpu
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)   # a GPU "is visible"
+    assert wants_cpu(argparse.Namespace(cpu=False, mode="cpu"))
+    assert wants_cpu(argparse.Namespace(cpu=True, mode=None))
+    assert not wants_cpu(argparse.Namespace(cpu=False, mode="cpu,graph"))
+    assert not wants_cpu(argparse.Namespace(cpu=False, mode=None))
+    out = tmp_path / "results"
+    args = ["bench", "--mode", "cpu", "--matrix", "smoke", "--filter", "M == 16",
+            "--paths", "fp16_cache", "--out", str(out), "--no-compare", "--no-progress"]
+    for key, value in FAST.items():
+        args += ["--set", f"{key}={value}"]
+    assert main(args) == 0
+    assert [p.parent.name for p in out.glob("*/*/smoke.csv")] == ["cpu"]
