@@ -11,19 +11,29 @@ and its confirmation rows):
   second measurement (exit 1), an sm90 run on ``lab-b`` that passes (exit 0) and a CPU
   run on ``lab-c`` with no baseline (exit 3). The FP16 cache is made the fastest path on
   sm89 and slow on sm90, so the two arches disagree on the winner.
+
+And the real H200 data of tests/fixtures (README there): ``real_fleet`` (two main-job
+runs and the baselines they were gated against) and ``real_bisect`` /
+``real_bisect_history`` (issue 20's bisect acceptance chain, its 8 stored runs).
 """
 
 from __future__ import annotations
 
+import csv
+import json
 import shutil
 import tarfile
 from pathlib import Path
 
 from harness.cli import main
+from harness.commands.history import baseline_margins
 from harness.config import load_settings
 from harness.reports.gate import evaluate
 from harness.reports.gate_record import write_gate_record
+from harness.reports.history import build_history
+from harness.reports.steps import detect_steps
 from harness.reports.synthetic import make_rows, resample
+from harness.results.catalog import stored_runs
 from harness.results.environment import Environment
 from harness.results.store import RunMeta, write_run
 
@@ -121,3 +131,35 @@ def real_fleet(root: Path, cpu_run: bool = True) -> dict[str, Path]:
                      "--no-progress"]) == 0
         dirs["cpu"] = next(out.glob("*/cpu"))
     return dirs
+
+
+#: ``scripts/bisect_acceptance.sh`` on an H200 (issue 20): tests/fixtures/README.md.
+REAL_BISECT = Path(__file__).parent / "fixtures" / "h200-bisect.tar.gz"
+
+
+def real_bisect(root: Path) -> tuple[Path, list[tuple[str, str]], dict, list[dict]]:
+    """Unpack ``REAL_BISECT`` under ``root``: returns (the results root of the chain's 8
+    stored runs, the chain's first-parent line oldest first as (sha, subject), the
+    bisect's summary ``bisect.json``, the steps CSV that ``harness history`` wrote on the
+    H200, as dicts)."""
+    root = Path(root)
+    with tarfile.open(REAL_BISECT) as tar:
+        tar.extractall(root, filter="data")
+    base = root / "h200-bisect"
+    line = [tuple(ln.split(" ", 1)) for ln in (base / "chain.txt").read_text().splitlines()]
+    with open(base / "h200-history-steps.csv", newline="") as fh:
+        steps = list(csv.DictReader(fh))
+    return base / "results", line, json.loads((base / "bisect.json").read_text()), steps
+
+
+def real_bisect_history(tmp_path: Path):
+    """(history, steps, line, the bisect summary, the H200's steps) of the real chain."""
+    results, line, summary, h200_steps = real_bisect(tmp_path / "bisect")
+    fleet = tmp_path / "fleet"
+    real_fleet(fleet, cpu_run=False)                # the sm90 baselines the chain carried
+    margins, notes = baseline_margins(fleet / "baselines", "sm90", ["production"])
+    assert not notes and margins, notes
+    settings = load_settings()
+    history = build_history(line, stored_runs(results, "sm90"), arch="sm90", margins=margins,
+                            floor=settings.noise_margin_floor)
+    return history, detect_steps(history, settings), line, summary, h200_steps

@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fleet_runs import ENVS, REAL_GPUS, real_fleet, write_fleet
+from fleet_runs import ENVS, REAL_GPUS, real_bisect_history, real_fleet, write_fleet
 
 from harness.cli import main
 from harness.config import load_settings
@@ -225,3 +225,24 @@ def test_history_page_renders_in_headless_chromium(browser, tmp_path):
                "--window-size=1300,2000", "--hide-scrollbars", files.html.resolve().as_uri())
     assert run.returncode == 0, run.stderr[-2000:]
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 50_000
+
+
+def test_real_h200_history_page_renders_in_headless_chromium(browser, tmp_path):
+    """Issue 20's acceptance page: the history of the bisect acceptance chain run on an H200
+    (tests/fixtures/h200-bisect.tar.gz), drawn from its 8 stored runs, in Chromium: one
+    step, at the planted commit (index 5), fp16_cache graph, SLOWER; one plot of the
+    group; no gaps (every commit has its run)."""
+    history, steps, line, _, _ = real_bisect_history(tmp_path / "data")
+    [planted] = [sha for sha, subject in line if "planted" in subject]
+    files = write_history(history, steps, load_settings(), tmp_path / "h")
+    dom = _run(browser, tmp_path / "profile", "--dump-dom", files.html.resolve().as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = dom.stdout
+    table = text[text.index('id="steps-table"'):text.index('id="plots"')]
+    step_rows = re.findall(r'<tr class="step">(.*?)</tr>', table, re.S)
+    assert len(step_rows) == 1
+    cells = re.findall(r"<td[^>]*>(.*?)</td>", step_rows[0], re.S)
+    assert cells[0] == "5" and planted[:10] in cells[1] and cells[3] == "time"
+    assert cells[5] == "fp16_cache" and cells[9] == "SLOWER" and cells[8].startswith("+")
+    assert text.count("<svg") == 1 and "no stored run of this commit" not in text
+    _screenshot(browser, tmp_path, files.html.resolve().as_uri(), "history_h200.png")
