@@ -13,8 +13,9 @@ kernel's floor, the larger of:
 A kernel is "within" when its time is at most ``--target`` (1.5) times its floor. The
 variants and their kernels (``VARIANT_KERNELS``): ``two_kernel_lean`` (the seed's
 a_group_sum_kernel and correction_accum_kernel), ``side_stream`` (asum_kernel, then
-corr_tile_kernel reading a_sum; alone here, so asum does not share the GPU with Marlin)
-and ``fused`` (corr_tile_kernel summing A in-block). ``--cold-l2`` overwrites a buffer of
+corr_tile_kernel reading a_sum; alone here, so asum does not share the GPU with Marlin),
+``fused`` (corr_tile_kernel summing A in-block) and ``stream`` (asum_flat_*_kernel, then
+corr_stream_kernel). ``--cold-l2`` overwrites a buffer of
 twice the L2 between calls (its kernels are not counted), so A, C and delta come from DRAM;
 by default they may sit in L2, as they partly do after Marlin in the real path (Marlin
 has just read A and written C).
@@ -44,13 +45,15 @@ from harness.measure.ceilings import l2_cache_bytes, measure_ceilings
 from .crosscheck import profiled_spans
 
 #: profiler kernel-name fragment -> the study's kernel name (longest fragments first)
-KERNEL_NAMES = (("correction_accum_kernel", "correction_accum"),
+KERNEL_NAMES = (("corr_stream_kernel", "corr_stream"), ("asum_flat", "asum_flat"),
+                ("correction_accum_kernel", "correction_accum"),
                 ("a_group_sum_kernel", "a_group_sum"),
                 ("corr_tile_kernel", "corr_tile"), ("asum_kernel", "asum"),
                 ("empty_kernel", "empty"))
 #: variant -> its kernels, in launch order; fused's corr_tile sums A itself ("+sum")
 VARIANT_KERNELS = {"two_kernel_lean": ("a_group_sum", "correction_accum"),
-                   "side_stream": ("asum", "corr_tile"), "fused": ("corr_tile+sum",)}
+                   "side_stream": ("asum", "corr_tile"), "fused": ("corr_tile+sum",),
+                   "stream": ("asum_flat", "corr_stream")}
 TARGET = 1.5
 
 
@@ -69,8 +72,9 @@ def kernel_bytes(kernel: str, M: int, N: int, K: int, group_size: int) -> int:
     themselves)."""
     G = K // group_size
     a, c, a_sum, delta = 2 * M * K, 2 * M * N, 4 * M * G, 4 * G * N
-    table = {"a_group_sum": a + a_sum, "asum": a + a_sum,
+    table = {"a_group_sum": a + a_sum, "asum": a + a_sum, "asum_flat": a + a_sum,
              "correction_accum": 2 * c + a_sum + delta, "corr_tile": 2 * c + a_sum + delta,
+             "corr_stream": 2 * c + a_sum + delta,
              "corr_tile+sum": 2 * c + a + delta, "empty": 0}
     if kernel not in table:
         raise ValueError(f"kernel {kernel!r} is not one of {', '.join(table)}")

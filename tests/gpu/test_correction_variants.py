@@ -33,6 +33,8 @@ pytestmark = pytest.mark.gpu
 PARITY = MATRICES.cases("parity")
 EXT_CORRECTIONS = [v for v in cv.CORRECTIONS if v != "two_kernel"]
 TILED = ("side_stream", "fused", "fused_pdl")
+#: Variants whose correction runs alone (``correction_variant``) and takes the planted flags.
+ALONE = ("two_kernel_lean", "side_stream", "fused", "fused_pdl", "stream")
 
 
 def _cases(tag):
@@ -119,7 +121,7 @@ def test_variant_within_2_ulp_of_exact_correction(variant, case_id, mm, cuda_dev
     gates[1](accuracy_stats(out, ref), "marlin_asym", case)   # may xfail: Marlin's own error
 
 
-@pytest.mark.parametrize("variant", ["two_kernel_lean", "side_stream", "fused", "fused_pdl"])
+@pytest.mark.parametrize("variant", ALONE)
 @pytest.mark.parametrize("case", _cases("corr_kernel"), ids=lambda c: c.id)
 def test_correction_alone_matches_python(variant, case, ext, cuda_device, corr_inputs):
     A, C0, pack = corr_inputs(case, cuda_device)
@@ -152,8 +154,43 @@ def test_tiled_kernels_agree_bit_for_bit(M, gs, K, ext, cuda_device):
     assert float(correction_ulps(outs["fused"], C0, ref - C0.double()).max()) <= 2.0
 
 
+@pytest.mark.parametrize("M", [1, 2, 3, 8, 13, 16, 40, 64, 100, 128, 300])
+@pytest.mark.parametrize("gs,K", [(128, 2048), (2048, 2048), (128, 8192), (8192, 8192),
+                                  (64, 1024), (4096, 8192)])
+def test_stream_kernels_within_2_ulp_and_repeatable(M, gs, K, ext, cuda_device):
+    """stream's two kernels over every branch of their launch: small groups (vpg 8, 16:
+    one and four passes), large groups (vpg 256: a warp per group; 512, 1024: a block per
+    group), RM 1, 2 and 4 (M < 64, < 128, >= 128), several column blocks; same bits twice."""
+    gen = torch.Generator(device=cuda_device).manual_seed(M * 11 + gs + K)
+    N = 8192 if M in (100, 300) else 1024
+    # any delta [K / gs, N] will do (the kernels never branch on values); a Marlin pack
+    # exists only for some of these group sizes
+    delta = torch.randn(K // gs, N, device=cuda_device, generator=gen) * 2e-3
+    A = torch.randn(M, K, device=cuda_device, generator=gen).half()
+    C0 = torch.randn(M, N, device=cuda_device, generator=gen).half()
+    outs = []
+    for _ in range(2):
+        C = C0.clone()
+        ext.correction_variant(A, C, delta, cv.ext_id("stream"))
+        outs.append(C)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], outs[1]), "not bitwise repeatable"
+    ref = apply_marlin_correction(C0, A, delta, gs)
+    assert float(correction_ulps(outs[0], C0, ref - C0.double()).max()) <= 2.0
+
+
+def test_stream_refuses_a_group_it_cannot_cut(ext, cuda_device):
+    """A group of 384 (48 vectors: neither a divisor of 32 nor a multiple) is refused in
+    one line naming what the kernels need, before anything is launched."""
+    A = torch.randn(4, 1536, device=cuda_device).half()
+    C = torch.zeros(4, 1024, device=cuda_device).half()
+    delta = torch.zeros(4, 1024, device=cuda_device)
+    with pytest.raises(RuntimeError, match="stream correction needs a group size"):
+        ext.correction_variant(A, C, delta, cv.ext_id("stream"))
+
+
 @pytest.mark.parametrize("flags", [1, 2], ids=["fp16_accum", "skip_last_tile"])
-@pytest.mark.parametrize("variant", ["two_kernel_lean", "side_stream", "fused", "fused_pdl"])
+@pytest.mark.parametrize("variant", ALONE)
 def test_planted_flags_are_caught_under_every_variant(variant, flags, ext, cuda_device,
                                                       corr_inputs):
     case = _cases("corr_kernel")[3]                          # M31 N1024 K4096 g128

@@ -50,8 +50,9 @@ cudaError_t launch_asum(const CorrectionProblem& p, float* a_sum, cudaStream_t s
 }
 
 // a_sum on the side stream while Marlin runs on `stream`; joined before the accumulation.
+// `flat`: the stream variant (correction_variant_stream.cu) with the same sequence.
 int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, MarlinLauncher marlin,
-                         cudaStream_t stream, cudaError_t* err) {
+                         cudaStream_t stream, cudaError_t* err, bool flat) {
   float* a_sum = nullptr;
   cudaError_t e = ensure_scratch(p.device, static_cast<size_t>(p.M) * p.G * sizeof(float),
                                  is_capturing(stream), &a_sum);
@@ -60,14 +61,15 @@ int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, Marli
   DeviceState& s = g_dev[p.device];
   if ((e = cudaEventRecord(s.fork, stream)) != cudaSuccess) return *err = e, 0;
   if ((e = cudaStreamWaitEvent(s.side, s.fork, 0)) != cudaSuccess) return *err = e, 0;
-  cudaError_t side_err = launch_asum(p, a_sum, s.side);
+  cudaError_t side_err = flat ? launch_asum_flat(p, a_sum, s.side) : launch_asum(p, a_sum, s.side);
   e = cudaEventRecord(s.join, s.side);
   const int rc = mc != nullptr ? run_marlin(*mc, marlin, stream, err) : 0;
   const cudaError_t je = cudaStreamWaitEvent(stream, s.join, 0);  // always join
   if (side_err == cudaSuccess) side_err = e != cudaSuccess ? e : je;
   if (side_err != cudaSuccess && *err == cudaSuccess) *err = side_err;
   if (rc != 0 || *err != cudaSuccess) return rc;
-  if ((e = launch_tile(p, a_sum, false, false, stream)) != cudaSuccess) *err = e;
+  e = flat ? launch_stream(p, a_sum, stream) : launch_tile(p, a_sum, false, false, stream);
+  if (e != cudaSuccess) *err = e;
   return 0;
 }
 

@@ -11,6 +11,8 @@
 //   correction_variant_fused.cu          the tiled accumulation (corr_tile_kernel) of
 //                                        side_stream / fused / fused_pdl, and the empty
 //                                        floors (empty_kernel)
+//   correction_variant_stream.cu         stream: per-group a_sum kernels (asum_flat_*) and
+//                                        the barrier-free accumulation (corr_stream_kernel)
 // This header holds what more than one of them needs: constants, the device helpers of
 // the a_sum stage, the launch configurations and the per-device state.
 #pragma once
@@ -169,13 +171,19 @@ int graph_variant(const CorrectionProblem& p, const MarlinCall& mc, MarlinLaunch
 // correction_variant_side_stream.cu: a_sum into `a_sum` on `stream`, and the side_stream
 // variant (Marlin when `mc` is not null, a_sum beside it, then the tiled accumulation).
 cudaError_t launch_asum(const CorrectionProblem& p, float* a_sum, cudaStream_t stream);
+// `flat`: the stream variant's kernels (launch_asum_flat, launch_stream) instead.
 int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, MarlinLauncher marlin,
-                         cudaStream_t stream, cudaError_t* err);
+                         cudaStream_t stream, cudaError_t* err, bool flat = false);
 // correction_variant_fused.cu: the tiled accumulation (kSum: a_sum computed in-block from
 // A; else read from a_sum), and one empty kernel (PDL when `pdl`).
 cudaError_t launch_tile(const CorrectionProblem& p, const float* a_sum, bool sum_in_block, bool pdl,
                         cudaStream_t stream);
 cudaError_t launch_empty_impl(bool pdl, cudaStream_t stream);
+// correction_variant_stream.cu: why the stream kernels cannot take `p` (nullptr: they can),
+// a_sum into `a_sum` by group, and the accumulation reading that a_sum.
+const char* stream_unsupported(const CorrectionProblem& p);
+cudaError_t launch_asum_flat(const CorrectionProblem& p, float* a_sum, cudaStream_t stream);
+cudaError_t launch_stream(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream);
 
 }  // namespace corr_detail
 }  // namespace harness_int4

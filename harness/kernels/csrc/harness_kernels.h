@@ -85,7 +85,9 @@ enum CorrectionVariant : int {
                               // a plain launch elsewhere)
   kVariantEmpty = 6,          // Marlin + an empty kernel: launch floor of a one-kernel correction
   kVariantEmptyPdl = 7,       // Marlin + an empty kernel launched with PDL
-  kVariantCount = 8
+  kVariantStream = 8,         // side_stream's sequence with the per-group a_sum kernels and the
+                              // barrier-free accumulation (correction_variant_stream.cu)
+  kVariantCount = 9
 };
 
 // Marlin's arguments, so the variant drivers can launch (and capture) it via a callback.

@@ -7,7 +7,8 @@ modified. The CUDA side is ``csrc/correction_variants.cu`` (the driver: ids = po
 ``EXT_VARIANTS``, checked against the extension's ``correction_variant_names()``) and one
 file per variant family: ``correction_variant_graph.cu`` (two_kernel_lean, graph),
 ``correction_variant_side_stream.cu`` (side_stream's a_sum), ``correction_variant_fused.cu``
-(the tiled kernel of side_stream / fused / fused_pdl, and the empty floors).
+(the tiled kernel of side_stream / fused / fused_pdl, and the empty floors),
+``correction_variant_stream.cu`` (stream's two kernels).
 
 Extension point: a new variant is one id in ``CorrectionVariant`` (harness_kernels.h),
 its name in ``correction_variant_name`` and a branch in ``run_marlin_asym_variant``
@@ -34,7 +35,7 @@ DEFAULT_VARIANT = "auto"
 #: Variant ids of the extension's ``marlin_asym_variant`` (index = id). Keep in step with
 #: ``CorrectionVariant`` in csrc/harness_kernels.h.
 EXT_VARIANTS = ("marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl",
-                "empty", "empty_pdl")
+                "empty", "empty_pdl", "stream")
 
 
 class CorrectionVariantError(ValueError):
@@ -70,6 +71,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("fused_pdl", 5, "correction",
             "the fused kernel launched with programmatic dependent launch (SM 9.0+): all work "
             "but the C update runs before griddepcontrol.wait; plain launch before SM 9.0"),
+    Variant("stream", 8, "correction",
+            "side_stream's sequence with a_sum cut by group (a warp or a block per group of "
+            "A's flat vectors) and an accumulation with no shared memory or barrier: each "
+            "thread loads its RM C vectors first, sums all groups in registers, writes once"),
     Variant("marlin_only", 0, "baseline",
             "Marlin alone (no zeroing, no correction): the overhead baseline"),
     Variant("empty", 6, "floor",

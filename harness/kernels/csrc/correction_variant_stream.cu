@@ -1,0 +1,204 @@
+// Correction variant stream: the side_stream sequence (a_sum on the side stream while
+// Marlin runs, joined by an event, then the accumulation after Marlin) with two kernels
+// written after the kernel study (`harness study kernels`, H200) showed where the tiled
+// kernels lose their time:
+//  * asum_flat_*: asum_kernel puts all the rows of a block in one block and, at small M,
+//    one row in one block: 2.9-3.5 us for a few KB (the floor is an empty kernel, 0.54 us).
+//    Here the work is cut by group instead. A row-major A [M, K] is a flat array of M * K
+//    / 8 vectors of 8 halves in which flat group f = m * G + g is the vpg = group_size / 8
+//    vectors [f * vpg, (f + 1) * vpg), and f is also a_sum's flat index. Small groups (vpg
+//    divides 32): a warp reduces kPasses x 32 consecutive vectors, each pass holding 32 /
+//    vpg whole groups, by shuffles within segments of vpg lanes. Large groups (vpg a
+//    multiple of 32): a team (a warp; the whole block when vpg >= 512) reduces one group,
+//    thread t adding vectors t, t + team, ... (coalesced), then the warp's shuffles, then
+//    the block's warps in order. Fixed orders: bitwise repeatable.
+//  * corr_stream_kernel<RM, kHalfAccum>: corr_tile_kernel splits G over 4-32 slices and
+//    adds them in shared memory between two barriers per 64-column tile, and loads C only
+//    after that, one 16-byte vector per thread per tile: at M = 1024 it moved C at 0.7-0.8
+//    TB/s (5.3x its floor). Here thread (octet, slot) owns 8 columns of RM rows (slot,
+//    slot + 32, ...), loads those RM vectors of C first (their latency then hides behind
+//    the arithmetic), accumulates all G groups in registers in order (delta as two float4
+//    per group, a_sum through the read-only cache) and writes C once. No shared memory,
+//    no barrier.
+// Flag bits (planted defects) as everywhere: fp16 accumulation, the last 128 columns
+// untouched. Shared internals: correction_variants.cuh.
+#include "correction_variants.cuh"
+
+namespace harness_int4 {
+namespace corr_detail {
+namespace {
+
+constexpr int kFlatThreads = 256;
+constexpr int kSmallPasses = 4;          // vectors per lane in flight, small groups
+constexpr int kStreamSlots = 32;         // row slots of a corr_stream block (x 8 octets)
+
+template <int kPasses>
+__global__ void __launch_bounds__(kFlatThreads)
+asum_flat_small_kernel(const __half* __restrict__ A, float* __restrict__ a_sum, long total,
+                       int vpg) {
+  const uint4* src = reinterpret_cast<const uint4*>(A);
+  const int lane = threadIdx.x & 31;
+  const long warp = (static_cast<long>(blockIdx.x) * kFlatThreads + threadIdx.x) >> 5;
+  const long base = warp * (32L * kPasses);
+  uint4 v[kPasses];
+#pragma unroll
+  for (int u = 0; u < kPasses; ++u) {
+    const long idx = base + u * 32 + lane;
+    v[u] = idx < total ? __ldg(src + idx) : make_uint4(0u, 0u, 0u, 0u);
+  }
+#pragma unroll
+  for (int u = 0; u < kPasses; ++u) {
+    const long idx = base + u * 32 + lane;
+    float s = sum_half8(v[u]);
+    for (int off = vpg >> 1; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    // total is a multiple of vpg: a segment of vpg lanes is wholly inside or outside
+    if (idx < total && (lane & (vpg - 1)) == 0) a_sum[idx / vpg] = s;
+  }
+}
+
+__global__ void __launch_bounds__(kFlatThreads)
+asum_flat_large_kernel(const __half* __restrict__ A, float* __restrict__ a_sum, long groups,
+                       int vpg, int team) {
+  __shared__ float s_warp[kFlatThreads / 32];
+  const uint4* src = reinterpret_cast<const uint4*>(A);
+  const int lane = threadIdx.x & 31;
+  const int t = threadIdx.x % team;
+  const long f = static_cast<long>(blockIdx.x) * (kFlatThreads / team) + threadIdx.x / team;
+  float s = 0.0f;
+  if (f < groups) {
+    const uint4* g = src + f * vpg + t;
+    const int per = vpg / team;
+#pragma unroll 8
+    for (int j = 0; j < per; ++j) s += sum_half8(__ldg(g + static_cast<long>(j) * team));
+  }
+  for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+  if (team == 32) {                       // uniform over the block
+    if (lane == 0 && f < groups) a_sum[f] = s;
+    return;
+  }
+  if (lane == 0) s_warp[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x == 0 && f < groups) {
+    float total = 0.0f;
+    for (int w = 0; w < kFlatThreads / 32; ++w) total += s_warp[w];
+    a_sum[f] = total;
+  }
+}
+
+template <int RM, bool kHalfAccum>
+__global__ void __launch_bounds__(kFlatThreads)
+corr_stream_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
+                   const float* __restrict__ delta, int M, int N, int G, int n_end) {
+  const int oct = threadIdx.x & 7;
+  const int slot = threadIdx.x >> 3;                 // 0 .. kStreamSlots - 1
+  const int n0 = blockIdx.x * kTileN + oct * 8;
+  const int row0 = blockIdx.y * (kStreamSlots * RM) + slot;
+  if (n0 >= n_end) return;                           // n_end: a multiple of 8; no barrier here
+  uint4 cv[RM];
+  const float* arow[RM];
+  bool live[RM];
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {                     // C first: its latency hides behind the sums
+    const int m = row0 + kStreamSlots * i;
+    live[i] = m < M;
+    arow[i] = a_sum + static_cast<size_t>(live[i] ? m : 0) * G;
+    cv[i] = live[i] ? *reinterpret_cast<const uint4*>(C + static_cast<size_t>(m) * N + n0)
+                    : make_uint4(0u, 0u, 0u, 0u);
+  }
+  float acc[RM][8];
+#pragma unroll
+  for (int i = 0; i < RM; ++i)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[i][c] = 0.0f;
+  const float* dcol = delta + n0;
+#pragma unroll 4
+  for (int g = 0; g < G; ++g) {
+    const float4* d = reinterpret_cast<const float4*>(dcol + static_cast<size_t>(g) * N);
+    const float4 d0 = __ldg(d);
+    const float4 d1 = __ldg(d + 1);
+    const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
+#pragma unroll
+    for (int i = 0; i < RM; ++i) {
+      const float a = __ldg(arow[i] + g);
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        if (kHalfAccum)  // planted defect: fp16 operands and accumulator
+          acc[i][c] = __half2float(__hfma(__float2half_rn(a), __float2half_rn(dv[c]),
+                                          __float2half_rn(acc[i][c])));
+        else
+          acc[i][c] = fmaf(a, dv[c], acc[i][c]);
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {
+    if (!live[i]) continue;
+    __half2* h = reinterpret_cast<__half2*>(&cv[i]);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __half22float2(h[j]);
+      h[j] = __floats2half2_rn(f.x + acc[i][2 * j], f.y + acc[i][2 * j + 1]);
+    }
+    *reinterpret_cast<uint4*>(C + static_cast<size_t>(row0 + kStreamSlots * i) * N + n0) = cv[i];
+  }
+}
+
+template <int RM>
+cudaError_t launch_stream_rm(const CorrectionProblem& p, const float* a_sum, int n_end, bool half,
+                             cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.N + kTileN - 1) / kTileN),
+                  static_cast<unsigned>((p.M + kStreamSlots * RM - 1) / (kStreamSlots * RM)));
+  if (half)
+    corr_stream_kernel<RM, true><<<grid, kFlatThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end);
+  else
+    corr_stream_kernel<RM, false><<<grid, kFlatThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+const char* stream_unsupported(const CorrectionProblem& p) {
+  const int vpg = p.K / p.G / 8;
+  const bool small = vpg > 0 && vpg <= 32 && (32 % vpg) == 0;
+  if (!small && (vpg % 32) != 0)
+    return "the stream correction needs a group size of 8, 16, ..., 256 or a multiple of 256";
+  if ((p.M + kStreamSlots * 4 - 1) / (kStreamSlots * 4) > 65535)
+    return "M too large for the stream correction (grid.y > 65535)";
+  return nullptr;
+}
+
+cudaError_t launch_asum_flat(const CorrectionProblem& p, float* a_sum, cudaStream_t stream) {
+  if (p.M <= 0) return cudaSuccess;
+  const int vpg = p.K / p.G / 8;
+  const long groups = static_cast<long>(p.M) * p.G;
+  if (vpg <= 32 && 32 % vpg == 0) {
+    const long total = groups * vpg;
+    const int sms = sm_count(p.device) > 0 ? sm_count(p.device) : 132;
+    const bool deep = total >= static_cast<long>(sms) * kFlatThreads * kSmallPasses;
+    const long per_block = static_cast<long>(kFlatThreads) * (deep ? kSmallPasses : 1);
+    const unsigned blocks = static_cast<unsigned>((total + per_block - 1) / per_block);
+    if (deep)
+      asum_flat_small_kernel<kSmallPasses><<<blocks, kFlatThreads, 0, stream>>>(p.A, a_sum, total, vpg);
+    else
+      asum_flat_small_kernel<1><<<blocks, kFlatThreads, 0, stream>>>(p.A, a_sum, total, vpg);
+    return cudaGetLastError();
+  }
+  const int team = (vpg >= 512 && vpg % kFlatThreads == 0) ? kFlatThreads : 32;
+  const long per_block = kFlatThreads / team;
+  const unsigned blocks = static_cast<unsigned>((groups + per_block - 1) / per_block);
+  asum_flat_large_kernel<<<blocks, kFlatThreads, 0, stream>>>(p.A, a_sum, groups, vpg, team);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_stream(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream) {
+  if (p.M <= 0 || p.N <= 0) return cudaSuccess;
+  // flag bit 1 (planted): leave the last 128-column tile untouched, as the others do
+  const int n_end = (p.flags & kFlagSkipLastNTile) ? ((p.N - 1) / 128) * 128 : p.N;
+  const bool half = (p.flags & kFlagHalfAccum) != 0;
+  if (p.M >= 128) return launch_stream_rm<4>(p, a_sum, n_end, half, stream);
+  if (p.M >= 64) return launch_stream_rm<2>(p, a_sum, n_end, half, stream);
+  return launch_stream_rm<1>(p, a_sum, n_end, half, stream);
+}
+
+}  // namespace corr_detail
+}  // namespace harness_int4
