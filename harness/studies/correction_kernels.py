@@ -10,7 +10,12 @@ kernel's floor, the larger of:
 * the bytes the kernel must move (``kernel_bytes``: what it reads and writes at least once)
   over the copy bandwidth measured in the same run (``measure_ceilings``).
 
-A kernel is "within" when its time is at most ``--target`` (1.5) times its floor. The
+A kernel is "within" when its time is at most ``--target`` (1.5) times its floor. Beside
+it, ``copy_us``: torch's own device copy of the same number of bytes (half read, half
+written), profiled the same way. At small sizes an empty kernel is no floor for a kernel
+that must read memory once (0.54 us on the H200, under one memory round trip): the copy
+of the same bytes is what the GPU's simplest kernel takes to touch them, latency
+included, and ``copy_ratio`` = time / max(floor, copy) says how far a kernel is from it. The
 variants and their kernels (``VARIANT_KERNELS``): ``two_kernel_lean`` (the seed's
 a_group_sum_kernel and correction_accum_kernel), ``side_stream`` (asum_kernel, then
 corr_tile_kernel reading a_sum; alone here, so asum does not share the GPU with Marlin),
@@ -102,6 +107,8 @@ class KernelRow:
     within: bool            # ratio <= the target (1.5)
     l2: str                 # "warm" or "cold"
     note: str = ""
+    copy_us: float = math.nan     # torch's device copy of the same bytes (profiler median)
+    copy_ratio: float = math.nan  # time_us / max(floor_us, copy_us)
 
 
 def medians_by_kernel(spans, variant: str) -> dict[str, tuple[float, int]]:
@@ -119,9 +126,11 @@ def medians_by_kernel(spans, variant: str) -> dict[str, tuple[float, int]]:
 
 
 def kernel_rows(case, variant: str, medians: dict[str, tuple[float, int]], copy_gbps: float,
-                empty_us: float, l2: str, target: float = TARGET) -> list[KernelRow]:
+                empty_us: float, l2: str, target: float = TARGET,
+                copies: dict[int, float] | None = None) -> list[KernelRow]:
     """The rows of ``variant`` at ``case`` from its per-kernel medians; a kernel the
-    variant should have launched and the profile lacks is a row with NaN time and a note."""
+    variant should have launched and the profile lacks is a row with NaN time and a note.
+    ``copies``: bytes -> the measured copy of that many bytes (us), for ``copy_ratio``."""
     rows = []
     for kernel in VARIANT_KERNELS[variant]:
         t, n = medians.get(kernel, (math.nan, 0))
@@ -129,10 +138,12 @@ def kernel_rows(case, variant: str, medians: dict[str, tuple[float, int]], copy_
         bw = nbytes / (copy_gbps * 1e3)                  # bytes / (GB/s) in us
         floor = max(bw, empty_us)
         ratio = t / floor if floor > 0 else math.nan
+        copy = (copies or {}).get(nbytes, math.nan)
         rows.append(KernelRow(case.id, case.M, case.N, case.K, case.group_size, variant,
                               kernel, t, n, nbytes, bw, empty_us, floor, ratio,
                               bool(ratio <= target), l2,
-                              "" if n else "not in the profile (not launched?)"))
+                              "" if n else "not in the profile (not launched?)",
+                              copy, t / max(floor, copy) if math.isfinite(copy) else math.nan))
     return rows
 
 
@@ -145,18 +156,22 @@ def summary_lines(rows: list[KernelRow], target: float = TARGET) -> list[str]:
         ratios = [r.ratio for r in sel if math.isfinite(r.ratio)]
         worst = max(sel, key=lambda r: r.ratio if math.isfinite(r.ratio) else math.inf)
         med = statistics.median(ratios) if ratios else math.nan
+        copy = [r.copy_ratio for r in sel if math.isfinite(r.copy_ratio)]
+        against_copy = (f"; vs the copy of its bytes: median {statistics.median(copy):.2f}, "
+                        f"{sum(c <= target for c in copy)}/{len(copy)} within") if copy else ""
         out.append(f"{variant:16s} {kernel:16s} within {target}x floor: "
                    f"{sum(r.within for r in sel)}/{len(sel)} shapes; ratio median {med:.2f}, "
-                   f"worst {worst.ratio:.2f} at {worst.case_id}")
+                   f"worst {worst.ratio:.2f} at {worst.case_id}{against_copy}")
     return out
 
 
 def _table(rows: list[KernelRow]) -> list[str]:
     head = (f"{'case':28s} {'variant':16s} {'kernel':16s} {'us':>8s} {'floor':>7s} "
-            f"{'bw':>7s} {'empty':>6s} {'ratio':>6s}")
+            f"{'bw':>7s} {'empty':>6s} {'copy':>6s} {'ratio':>6s}")
     return [head] + [
         f"{r.case_id:28s} {r.variant:16s} {r.kernel:16s} {r.time_us:8.2f} {r.floor_us:7.2f} "
-        f"{r.bw_floor_us:7.2f} {r.empty_us:6.2f} {r.ratio:6.2f}{'' if r.within else ' *'}"
+        f"{r.bw_floor_us:7.2f} {r.empty_us:6.2f} {r.copy_us:6.2f} {r.ratio:6.2f}"
+        f"{'' if r.within else ' *'}"
         for r in rows]
 
 
@@ -222,10 +237,25 @@ def measure_all(args: argparse.Namespace) -> list[KernelRow]:
     return rows
 
 
+def copy_us(nbytes: int, dev: torch.device, reps: int, flush) -> float:
+    """Median device time (profiler) of torch's copy of ``nbytes // 2`` bytes into another
+    buffer: ``nbytes`` moved, read plus write. NaN for no bytes or no copy kernel seen."""
+    if nbytes < 2:
+        return math.nan
+    src = torch.ones(nbytes // 2, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    durs = [d for name, _, d in _profile(lambda: dst.copy_(src), reps, flush)
+            if "copy" in name.lower()]
+    return statistics.median(durs) if durs else math.nan
+
+
 def _measure_case(ext, case, dev, args, flush, copy_gbps: float, empty_us: float,
                   l2: str) -> list[KernelRow]:
     A, C, delta = _inputs(case, dev)
     rows: list[KernelRow] = []
+    sizes = {kernel_bytes(k, case.M, case.N, case.K, case.group_size)
+             for v in args.variants.split(",") for k in VARIANT_KERNELS[v]}
+    copies = {b: copy_us(b, dev, args.reps, flush) for b in sorted(sizes)}
     for variant in args.variants.split(","):
         def call(v=EXT_IDS[variant]):
             ext.correction_variant(A, C, delta, v)
@@ -234,10 +264,10 @@ def _measure_case(ext, case, dev, args, flush, copy_gbps: float, empty_us: float
         except RuntimeError as exc:          # the extension's one-line refusal of a shape
             rows += [replace(r, note=f"not run: {str(exc).splitlines()[0][:160]}")
                      for r in kernel_rows(case, variant, {}, copy_gbps, empty_us, l2,
-                                          args.target)]
+                                          args.target, copies)]
             continue
         rows += kernel_rows(case, variant, medians_by_kernel(spans, variant), copy_gbps,
-                            empty_us, l2, args.target)
+                            empty_us, l2, args.target, copies)
     return rows
 
 

@@ -28,11 +28,34 @@ SEED_SUM = "harness_int4::(anonymous namespace)::a_group_sum_kernel(__half const
 SEED_ACC = "void harness_int4::(anonymous namespace)::correction_accum_kernel<false>(__half*, ...)"
 FLUSH = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<unsigned char>>"
 EMPTY = "void harness_int4::corr_detail::(anonymous namespace)::empty_kernel<false>()"
+FLAT = ("void harness_int4::corr_detail::(anonymous namespace)::asum_flat_small_kernel<4>"
+        "(__half const*, float*, long, int)")
+STREAM = ("void harness_int4::corr_detail::(anonymous namespace)::corr_stream_kernel<4, false>"
+          "(__half*, float const*, float const*, int, int, int, int)")
 
 
 def test_profiler_names_map_to_the_studys_kernels():
     assert [kernel_class(n) for n in (ASUM, TILE, SEED_SUM, SEED_ACC, FLUSH, EMPTY)] == \
            ["asum", "corr_tile", "a_group_sum", "correction_accum", None, "empty"]
+    assert [kernel_class(n) for n in (FLAT, STREAM)] == ["asum_flat", "corr_stream"]
+    assert kernel_class("void at::native::direct_copy_kernel_cuda(...)") is None
+
+
+def test_the_copy_of_the_same_bytes_beside_the_floor():
+    """At decode the empty kernel (1.8 us here) is the issue's floor; the copy of the same
+    bytes (2.4 us: one memory round trip) is the larger, and copy_ratio divides by it."""
+    case = GemmCase(1, 2048, 2048, 128)
+    sizes = {k: kernel_bytes(k, 1, 2048, 2048, 128) for k in VARIANT_KERNELS["stream"]}
+    copies = {sizes["asum_flat"]: 2.4, sizes["corr_stream"]: 1.0}
+    rows = kernel_rows(case, "stream", {"asum_flat": (3.0, 9), "corr_stream": (2.0, 9)},
+                       4300.0, 1.8, "warm", copies=copies)
+    flat, stream = rows
+    assert flat.floor_us == 1.8 and flat.copy_us == 2.4
+    assert flat.ratio == pytest.approx(3.0 / 1.8) and flat.copy_ratio == pytest.approx(3.0 / 2.4)
+    assert stream.copy_ratio == pytest.approx(2.0 / 1.8)        # the floor is the larger one
+    assert math.isnan(kernel_rows(case, "stream", {}, 4300.0, 1.8, "warm")[0].copy_ratio)
+    [line] = [ln for ln in summary_lines(rows) if "asum_flat" in ln]
+    assert "vs the copy of its bytes: median 1.25, 1/1 within" in line
 
 
 def test_bytes_each_kernel_must_move():
