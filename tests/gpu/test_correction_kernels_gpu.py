@@ -27,6 +27,6 @@ def test_every_correction_kernel_is_profiled_beside_its_floor(ext, gpu_out_dir, 
         assert r.floor_us == max(r.bw_floor_us, r.empty_us)
         # the copy of the same bytes: measured, and slower than the empty kernel
         assert math.isfinite(r.copy_us) and r.copy_us > r.empty_us, r
-        assert r.copy_ratio == r.time_us / max(r.floor_us, r.copy_us)
+        assert r.copy_ratio == pytest.approx(r.time_us / max(r.floor_us, r.copy_us))
     said = capsys.readouterr().out
     assert "empty kernel" in said and "within 1.5x floor" in said
