@@ -25,7 +25,9 @@
 # baseline the A/B would only cost time.
 # FROM_BUNDLE=1 with .bundle/repo.bundle (`git bundle create .bundle/repo.bundle --all`,
 # carried): run from a clone of it, a git repository (the device's copy has no .git; the
-# A/B confirmation and worktrees need one); HARNESS_COMMIT is then not needed.
+# A/B confirmation and worktrees need one); HARNESS_COMMIT is then not needed. REF=<sha>
+# checks that commit out of the clone: the acceptance's "three calls of one commit" can
+# then span sessions while main moves on (the commit is written to $tag-times.txt).
 set -uo pipefail
 tag=${1:-run}
 out=${OUT:-$PWD/device-out}
@@ -33,6 +35,10 @@ mkdir -p "$out"
 if [ -n "${FROM_BUNDLE:-}" ] && [ -f .bundle/repo.bundle ]; then
   whl=$PWD/.whl
   git clone -q .bundle/repo.bundle /tmp/repo-$tag && cd /tmp/repo-$tag || exit 2
+  if [ -n "${REF:-}" ]; then   # measure a fixed commit, whatever the bundle's HEAD is now
+    git checkout -q --detach "$REF" || { echo "REF=$REF is not in the bundle" >&2; exit 2; }
+  fi
+  echo "commit $(git rev-parse HEAD)" | tee -a "$out/$tag-times.txt"
   if [ -d "$whl" ]; then ln -sfn "$whl" .whl; fi
   unset HARNESS_COMMIT
 fi
