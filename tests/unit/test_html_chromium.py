@@ -188,6 +188,17 @@ def test_real_fleet_page_renders_in_headless_chromium(browser, tmp_path):
     _screenshot(browser, tmp_path, url, "fleet_real.png")
 
 
+def _history_dom(browser: str, tmp_path: Path, html: Path) -> tuple[str, list[str]]:
+    """The history page's DOM in Chromium and the cells of its one step row (asserted)."""
+    dom = _run(browser, tmp_path / "profile", "--dump-dom", html.resolve().as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = dom.stdout
+    table = text[text.index('id="steps-table"'):text.index('id="plots"')]
+    step_rows = re.findall(r'<tr class="step">(.*?)</tr>', table, re.S)
+    assert len(step_rows) == 1
+    return text, re.findall(r"<td[^>]*>(.*?)</td>", step_rows[0], re.S)
+
+
 def test_history_page_renders_in_headless_chromium(browser, tmp_path):
     """The history page in Chromium: the steps table with the planted step (commit, rows,
     size, verdict), one plot per (matrix, path, mode), gaps with their reasons; a
@@ -206,13 +217,7 @@ def test_history_page_renders_in_headless_chromium(browser, tmp_path):
     history = build_history([(s, f"commit {i}") for i, s in enumerate(shas)],
                             stored_runs(root, "sm90"), arch="sm90", floor=0.01)
     files = write_history(history, detect_steps(history, settings), settings, tmp_path / "h")
-    dom = _run(browser, tmp_path / "profile", "--dump-dom", files.html.resolve().as_uri())
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    text = dom.stdout
-    table = text[text.index('id="steps-table"'):text.index('id="plots"')]
-    step_rows = re.findall(r'<tr class="step">(.*?)</tr>', table, re.S)
-    assert len(step_rows) == 1
-    cells = re.findall(r"<td[^>]*>(.*?)</td>", step_rows[0], re.S)
+    text, cells = _history_dom(browser, tmp_path, files.html)
     assert cells[0] == "5" and shas[5][:10] in cells[1] and cells[3] == "time"
     assert cells[5] == "fp16_cache" and cells[7] == "6 of 6" and cells[9] == "SLOWER"
     assert cells[8].startswith("+5.")
@@ -235,13 +240,7 @@ def test_real_h200_history_page_renders_in_headless_chromium(browser, tmp_path):
     history, steps, line, _, _ = real_bisect_history(tmp_path / "data")
     [planted] = [sha for sha, subject in line if "planted" in subject]
     files = write_history(history, steps, load_settings(), tmp_path / "h")
-    dom = _run(browser, tmp_path / "profile", "--dump-dom", files.html.resolve().as_uri())
-    assert dom.returncode == 0, dom.stderr[-2000:]
-    text = dom.stdout
-    table = text[text.index('id="steps-table"'):text.index('id="plots"')]
-    step_rows = re.findall(r'<tr class="step">(.*?)</tr>', table, re.S)
-    assert len(step_rows) == 1
-    cells = re.findall(r"<td[^>]*>(.*?)</td>", step_rows[0], re.S)
+    text, cells = _history_dom(browser, tmp_path, files.html)
     assert cells[0] == "5" and planted[:10] in cells[1] and cells[3] == "time"
     assert cells[5] == "fp16_cache" and cells[9] == "SLOWER" and cells[8].startswith("+")
     assert text.count("<svg") == 1 and "no stored run of this commit" not in text

@@ -77,17 +77,8 @@ corr_tile_kernel(__half* __restrict__ C, const __half* __restrict__ A,
         const float4 d1 = __ldg(d + 1);
         const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
 #pragma unroll
-        for (int r = 0; r < RM; ++r) {
-          const float a = s_asum[(rg * RM + r) * astride + g];
-#pragma unroll
-          for (int c = 0; c < 8; ++c) {
-            if (kHalfAccum)  // planted defect: fp16 operands and accumulator
-              acc[r][c] = __half2float(__hfma(__float2half_rn(a), __float2half_rn(dv[c]),
-                                              __float2half_rn(acc[r][c])));
-            else
-              acc[r][c] = fmaf(a, dv[c], acc[r][c]);
-          }
-        }
+        for (int r = 0; r < RM; ++r)  // kHalfAccum: planted defect, fp16 operands and accumulator
+          fma_octet<kHalfAccum>(acc[r], s_asum[(rg * RM + r) * astride + g], dv);
       }
     }
 #pragma unroll

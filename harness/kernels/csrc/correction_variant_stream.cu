@@ -118,17 +118,8 @@ corr_stream_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
     const float4 d1 = __ldg(d + 1);
     const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
 #pragma unroll
-    for (int i = 0; i < RM; ++i) {
-      const float a = __ldg(arow[i] + g);
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        if (kHalfAccum)  // planted defect: fp16 operands and accumulator
-          acc[i][c] = __half2float(__hfma(__float2half_rn(a), __float2half_rn(dv[c]),
-                                          __float2half_rn(acc[i][c])));
-        else
-          acc[i][c] = fmaf(a, dv[c], acc[i][c]);
-      }
-    }
+    for (int i = 0; i < RM; ++i)  // kHalfAccum: planted defect, fp16 operands and accumulator
+      fma_octet<kHalfAccum>(acc[i], __ldg(arow[i] + g), dv);
   }
 #pragma unroll
   for (int i = 0; i < RM; ++i) {

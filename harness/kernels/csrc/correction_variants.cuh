@@ -64,6 +64,19 @@ static __device__ __forceinline__ float sum_half8(const uint4& v) {
   return s;
 }
 
+// acc[c] += a * dv[c] for the 8 columns of an octet, in fp32; kHalfAccum (planted defect,
+// flag bit 0): fp16 operands and accumulator instead.
+template <bool kHalfAccum>
+static __device__ __forceinline__ void fma_octet(float (&acc)[8], float a, const float (&dv)[8]) {
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    if (kHalfAccum)
+      acc[c] = __half2float(__hfma(__float2half_rn(a), __float2half_rn(dv[c]), __float2half_rn(acc[c])));
+    else
+      acc[c] = fmaf(a, dv[c], acc[c]);
+  }
+}
+
 // s_asum[r * stride + g] = sum of A[row0 + r, k] over group g, r < rows, in a fixed order:
 // 8-element vectors, W-lane segments (shuffles), then the segments of a group in order.
 // s_part holds rows * (K / 8 / W) floats. Ends with __syncthreads().
