@@ -72,10 +72,8 @@ corr_tile_kernel(__half* __restrict__ C, const __half* __restrict__ A,
       const float* dcol = delta + n0;
 #pragma unroll 4
       for (int g = gs; g < G; g += GS) {
-        const float4* d = reinterpret_cast<const float4*>(dcol + static_cast<size_t>(g) * N);
-        const float4 d0 = __ldg(d);
-        const float4 d1 = __ldg(d + 1);
-        const float dv[8] = {d0.x, d0.y, d0.z, d0.w, d1.x, d1.y, d1.z, d1.w};
+        float dv[8];
+        load_octet(dcol + static_cast<size_t>(g) * N, dv);
 #pragma unroll
         for (int r = 0; r < RM; ++r)  // kHalfAccum: planted defect, fp16 operands and accumulator
           fma_octet<kHalfAccum>(acc[r], s_asum[(rg * RM + r) * astride + g], dv);

@@ -64,6 +64,14 @@ static __device__ __forceinline__ float sum_half8(const uint4& v) {
   return s;
 }
 
+// The 8 fp32 values at p (16-byte aligned) through the read-only cache: an octet of delta.
+static __device__ __forceinline__ void load_octet(const float* __restrict__ p, float (&dv)[8]) {
+  const float4 a = __ldg(reinterpret_cast<const float4*>(p));
+  const float4 b = __ldg(reinterpret_cast<const float4*>(p) + 1);
+  dv[0] = a.x; dv[1] = a.y; dv[2] = a.z; dv[3] = a.w;
+  dv[4] = b.x; dv[5] = b.y; dv[6] = b.z; dv[7] = b.w;
+}
+
 // acc[c] += a * dv[c] for the 8 columns of an octet, in fp32; kHalfAccum (planted defect,
 // flag bit 0): fp16 operands and accumulator instead.
 template <bool kHalfAccum>
