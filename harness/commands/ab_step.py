@@ -45,9 +45,9 @@ from ..reports.gate_record import stored_partial, write_gate_record
 from ..reports.verdicts import GateResult, Verdict
 from ..results.baseline import baseline_dir, load_baseline
 from ..results.store import load_run, read_meta, write_meta
+from .bench_runner import with_requests
 from .compare import compare
 from .revisions import (
-    BenchRequest,
     BenchRunner,
     case_filter,
     resolve_revision,
@@ -99,10 +99,8 @@ def current_side_plugins(runner: BenchRunner, plugins: tuple[str, ...],
     if not plugins:
         return runner
     shared = tuple(p for p in plugins if both_sides(p, repo))
-
-    def run(req: BenchRequest) -> None:
-        runner(replace(req, plugins=plugins if req.label == "B" else shared))
-    return run
+    return with_requests(
+        runner, lambda req: replace(req, plugins=plugins if req.label == "B" else shared))
 
 
 def stored_gate(run_dir: Path, matrix: str, baselines: str | Path, arch: str,

@@ -43,6 +43,7 @@ from ..reports.verdicts import GateResult
 from ..results.environment import STRICT_ENV_HELP
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run
+from .bench_runner import run_pipelined
 from .common import add_settings_args, csv_list, plain, settings_from_args
 from .revisions import (  # noqa: F401  (BenchRequest, bench_command, GitMissing: re-exported)
     BenchRequest,
@@ -181,10 +182,28 @@ def compare(
             # one bench per revision per round: a bar with the ETA of the rounds left
             progress = stack.enter_context(tqdm(total=rounds * len(plan), unit="bench",
                                                 desc="compare", dynamic_ncols=True))
-            for r in range(rounds):
-                for label, run in run_round(plan, r, f"round{r}", filter, paths, modes).items():
-                    rounds_of[label].append(list(run.rows))
-                    firsts.setdefault(label, run)
+            jobs = [(r, label, side, BenchRequest(label, side.revision, tree,
+                                                  work_dir / "runs" / f"round{r}" / label,
+                                                  matrix, r, filter, tuple(paths), tuple(modes)))
+                    for r in range(rounds)
+                    for label, side, tree in (plan if r % 2 == 0 else plan[::-1])]
+            for *_, req in jobs:
+                if req.out_dir.exists():
+                    shutil.rmtree(req.out_dir)
+            # the next bench starts up while this one measures (bench_runner.run_pipelined)
+            run_pipelined(
+                runner, [req for *_, req in jobs],
+                on_start=lambda i: echo(f"compare: round round{jobs[i][0]}, {jobs[i][1]} = "
+                                        f"{jobs[i][2].label}"),
+                on_done=lambda i: progress.update(1))
+            for r, label, _, req in jobs:
+                try:
+                    run = load_run(req.out_dir)
+                except SchemaError as exc:
+                    raise CompareError(f"bench of {label} round round{r} left no readable "
+                                       f"results: {exc}") from None
+                rounds_of[label].append(list(run.rows))
+                firsts.setdefault(label, run)
             progress.close()
             progress = None
         margins: dict[Key, float] = {}

@@ -5,91 +5,29 @@ bisect`` share (``harness history`` uses the git helpers only).
   first, with subjects), ``is_ancestor``; a missing git executable is ``GitMissing``.
 * worktrees: ``worktrees`` (a fixed set, removed on exit) and ``WorktreePool`` (added on
   demand and removed one by one, for a search that does not know its revisions ahead).
-* the bench of one revision: ``BenchRequest`` and ``bench_command`` (the command line of
-  ``python -m harness bench`` in the worktree, the only interface to the engine) and
-  ``subprocess_runner``, which runs it there with ``PYTHONPATH`` = the worktree, so each
-  revision is measured by its own code; the JIT build cache (``HARNESS_BUILD_DIR``, keyed
-  by the sources' hash) is shared, so revisions with the same kernels build once.
-
-Extension point: ``BenchRunner``, any callable taking a ``BenchRequest`` and leaving a
-result directory under ``request.out_dir``; tests pass a fake one.
+* the bench of one revision: ``BenchRequest``, ``bench_command`` and ``subprocess_runner``
+  live in ``bench_runner`` (re-exported here), with the pipelined running of several;
+  the JIT build cache (``HARNESS_BUILD_DIR``, keyed by the sources' hash) is shared, so
+  revisions with the same kernels build once.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
-import sys
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..cases.filters import FilterError, compile_filter
 from ..errors import CompareError
 from ..results.schema import ResultRow
-
-
-@dataclass(frozen=True)
-class BenchRequest:
-    """One measurement run of one revision, in its worktree, into ``out_dir``.
-
-    ``plugins`` are passed to the bench as ``--plugin``: a relative path is read from the
-    revision's own checkout (a file that differs between commits plants what they do).
-    """
-
-    label: str
-    revision: str
-    worktree: Path
-    out_dir: Path
-    matrix: str
-    round: int
-    filter: str | None = None
-    paths: tuple[str, ...] = ()
-    modes: tuple[str, ...] = ()
-    plugins: tuple[str, ...] = ()
-
-
-BenchRunner = Callable[[BenchRequest], None]
-
-
-def bench_command(req: BenchRequest, python: str = sys.executable) -> list[str]:
-    """The ``harness bench`` command line for ``req`` (the only interface to the engine)."""
-    cmd = [python, "-m", "harness", "bench", "--matrix", req.matrix]
-    if req.filter:
-        cmd += ["--filter", req.filter]
-    if req.paths:
-        cmd += ["--paths", ",".join(req.paths)]
-    if req.modes:
-        cmd += ["--mode", ",".join(req.modes)]
-    for plugin in req.plugins:
-        cmd += ["--plugin", plugin]
-    return cmd + ["--no-compare", "--out", str(req.out_dir)]
-
-
-def subprocess_runner(req: BenchRequest) -> None:
-    """Run ``bench_command(req)`` in the worktree with ``PYTHONPATH`` pointing at it.
-
-    ``HARNESS_COMMIT`` is dropped from the bench's environment: the worktree is a git
-    checkout, and every revision must record its own commit. A relative ``out_dir`` is
-    taken from this process's directory."""
-    env = {k: v for k, v in os.environ.items() if k != "HARNESS_COMMIT"}
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(req.worktree), env.get("PYTHONPATH", "")) if p)
-    # the bench runs in the worktree: a relative --out (compare's default, the job's
-    # results/) would land there, where the caller never looks
-    req = replace(req, out_dir=req.out_dir.resolve())
-    req.out_dir.mkdir(parents=True, exist_ok=True)
-    log = req.out_dir.parent / f"{req.out_dir.name}.log"
-    with open(log, "w") as fh:
-        proc = subprocess.run(bench_command(req), cwd=req.worktree, env=env, stdout=fh,
-                              stderr=subprocess.STDOUT, check=False)
-    if proc.returncode != 0 and not any(req.out_dir.rglob("*.csv")):
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-        tail = lines[-1:] or ["no output"]
-        raise CompareError(f"bench of {req.label} ({req.revision[:12]}) round {req.round} exited "
-                           f"{proc.returncode}: {tail[0].strip()} (log {log})")
-
+from .bench_runner import (  # noqa: F401  (re-exported: the runner's interface lives there)
+    BenchRequest,
+    BenchRunner,
+    bench_command,
+    subprocess_runner,
+)
 
 _CASE_FIELDS = ("N", "K", "group_size", "seed", "kind")
 

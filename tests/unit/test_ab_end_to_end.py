@@ -97,6 +97,15 @@ def test_a_planted_slowdown_is_confirmed_ab(project):
     assert planted and all(v["verdict"] == "SLOWER" for v in planted.values()), rows
     assert all(abs(v["change"] - 0.05) < 0.01 for v in planted.values()), planted
     assert all(v["verdict"] != "SLOWER" for k, v in rows.items() if k not in planted)
+    # the A/B's benches ran pipelined: each was held at the gate plugin (both sides, every
+    # round) while the one before it measured, and the planted plugin reached B only
+    benches = sorted(run.glob("ab/*/runs/round*/[AB]/*/cpu/smoke.json"))
+    assert len(benches) == 4, benches                          # 2 rounds x 2 sides
+    for bench in benches:
+        plugins = json.loads(bench.read_text())["plugins"]
+        assert plugins[0].endswith("bench_gate.py"), plugins
+        assert any(p.endswith("slowdown_plugin.py") for p in plugins) == (
+            bench.parts[-4] == "B"), (bench, plugins)
     took = json.loads((run / "job.json").read_text())["seconds"]    # the A/B's cost is shown
     assert took["A/B"] > 0 and took["total"] >= took["bench (smoke)"] + took["A/B"] - 0.15
     assert "harness job: time: bench (smoke) " in proc.stdout

@@ -1,0 +1,195 @@
+"""Running one revision's ``harness bench`` in its worktree, alone or pipelined.
+
+* ``BenchRequest`` and ``bench_command``: one measurement run of one revision and the
+  command line of ``python -m harness bench`` for it (the only interface to the engine).
+* ``SubprocessRunner`` (the instance ``subprocess_runner``): runs it there with
+  ``PYTHONPATH`` = the worktree, so each revision is measured by its own code. Called
+  (``runner(req)``), one bench at a time. Its ``start`` / ``release`` / ``finish`` /
+  ``abort`` let ``run_pipelined`` start the next bench while the current one measures:
+  the next process imports torch, creates its CUDA context and loads the paths, then
+  waits at a gate (``bench_gate.py``, given as the first ``--plugin``: plugins load after
+  the paths and before anything is measured) until the current bench has exited. Only one
+  bench measures at a time; what is hidden is each process's start (about 4 s of the 7-15 s
+  an A/B bench took on the H200). Both sides of an A/B start the same way, so whatever a
+  starting process costs the measuring one is the same on both sides.
+* ``with_requests(runner, fn)``: the runner with ``fn`` applied to every request, its
+  pipelining kept (the job's A/B gives its plugins to one side this way).
+
+Extension point: ``BenchRunner``, any callable taking a ``BenchRequest`` and leaving a
+result directory under ``request.out_dir``; tests pass fake ones. A runner that also has
+``start(req) -> handle``, ``release(handle)``, ``finish(handle)`` and ``abort(handle)`` is
+pipelined by ``run_pipelined``; a plain callable is run one request after another.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO
+
+from ..errors import CompareError
+
+#: The gate plugin (standard library only: an old revision's bench runs it too) and the
+#: variable naming the file whose existence opens it.
+GATE_PLUGIN = Path(__file__).resolve().with_name("bench_gate.py")
+GATE_ENV = "HARNESS_BENCH_GATE"
+
+
+@dataclass(frozen=True)
+class BenchRequest:
+    """One measurement run of one revision, in its worktree, into ``out_dir``.
+
+    ``plugins`` are passed to the bench as ``--plugin``: a relative path is read from the
+    revision's own checkout (a file that differs between commits plants what they do).
+    """
+
+    label: str
+    revision: str
+    worktree: Path
+    out_dir: Path
+    matrix: str
+    round: int
+    filter: str | None = None
+    paths: tuple[str, ...] = ()
+    modes: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()
+
+
+BenchRunner = Callable[[BenchRequest], None]
+
+
+def bench_command(req: BenchRequest, python: str = sys.executable) -> list[str]:
+    """The ``harness bench`` command line for ``req`` (the only interface to the engine)."""
+    cmd = [python, "-m", "harness", "bench", "--matrix", req.matrix]
+    if req.filter:
+        cmd += ["--filter", req.filter]
+    if req.paths:
+        cmd += ["--paths", ",".join(req.paths)]
+    if req.modes:
+        cmd += ["--mode", ",".join(req.modes)]
+    for plugin in req.plugins:
+        cmd += ["--plugin", plugin]
+    return cmd + ["--no-compare", "--out", str(req.out_dir)]
+
+
+@dataclass
+class Started:
+    """A bench process started by ``SubprocessRunner.start``."""
+
+    req: BenchRequest
+    proc: subprocess.Popen
+    log: Path
+    fh: IO
+    gate: Path | None
+
+
+class SubprocessRunner:
+    """``harness bench`` of a request in its worktree (``PYTHONPATH`` = the worktree).
+
+    ``HARNESS_COMMIT`` is dropped from the bench's environment: the worktree is a git
+    checkout, and every revision must record its own commit. A relative ``out_dir`` is
+    taken from this process's directory. The log goes beside ``out_dir``."""
+
+    def __call__(self, req: BenchRequest) -> None:
+        self.finish(self.start(req, gated=False))
+
+    def start(self, req: BenchRequest, gated: bool = True) -> Started:
+        env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_COMMIT", GATE_ENV)}
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(req.worktree), env.get("PYTHONPATH", "")) if p)
+        # the bench runs in the worktree: a relative --out (compare's default, the job's
+        # results/) would land there, where the caller never looks
+        req = replace(req, out_dir=req.out_dir.resolve())
+        req.out_dir.mkdir(parents=True, exist_ok=True)
+        gate = None
+        if gated:
+            fd, name = tempfile.mkstemp(prefix=".gate-", dir=req.out_dir.parent)
+            os.close(fd)
+            gate = Path(name)
+            gate.unlink()                          # the gate opens when this file exists
+            env[GATE_ENV] = str(gate)
+            req = replace(req, plugins=(str(GATE_PLUGIN), *req.plugins))
+        log = req.out_dir.parent / f"{req.out_dir.name}.log"
+        fh = open(log, "w")
+        proc = subprocess.Popen(bench_command(req), cwd=req.worktree, env=env, stdout=fh,
+                                stderr=subprocess.STDOUT)
+        return Started(req, proc, log, fh, gate)
+
+    def release(self, s: Started) -> None:
+        if s.gate is not None:
+            s.gate.touch()
+
+    def finish(self, s: Started) -> None:
+        self.release(s)
+        try:
+            rc = s.proc.wait()
+        finally:
+            s.fh.close()
+            if s.gate is not None:
+                s.gate.unlink(missing_ok=True)
+        if rc != 0 and not any(s.req.out_dir.rglob("*.csv")):
+            lines = [ln for ln in s.log.read_text(errors="replace").splitlines() if ln.strip()]
+            tail = lines[-1:] or ["no output"]
+            raise CompareError(f"bench of {s.req.label} ({s.req.revision[:12]}) round "
+                               f"{s.req.round} exited {rc}: {tail[0].strip()} (log {s.log})")
+
+    def abort(self, s: Started) -> None:
+        s.proc.kill()
+        s.proc.wait()
+        s.fh.close()
+        if s.gate is not None:
+            s.gate.unlink(missing_ok=True)
+
+
+subprocess_runner = SubprocessRunner()
+
+
+class _Mapped:
+    """``runner`` with ``fn`` applied to each request (see ``with_requests``)."""
+
+    def __init__(self, runner, fn: Callable[[BenchRequest], BenchRequest]) -> None:
+        self.runner, self.fn = runner, fn
+        if hasattr(runner, "start"):          # pipelining only where the runner has it
+            self.start = lambda req: runner.start(fn(req))
+            self.release, self.finish, self.abort = runner.release, runner.finish, runner.abort
+
+    def __call__(self, req: BenchRequest) -> None:
+        self.runner(self.fn(req))
+
+
+def with_requests(runner, fn: Callable[[BenchRequest], BenchRequest]):
+    """``runner`` with every request passed through ``fn`` first, pipelining kept."""
+    return _Mapped(runner, fn)
+
+
+def run_pipelined(runner, reqs: Sequence[BenchRequest],
+                  on_start: Callable[[int], object] = lambda i: None,
+                  on_done: Callable[[int], object] = lambda i: None) -> None:
+    """Run ``reqs`` in order, one measuring at a time; with a pipelining runner the next
+    bench is started (and held at its gate) while the current one measures.
+    ``on_start(i)`` runs when request i may start measuring, ``on_done(i)`` when it is done.
+    A failure kills the bench held at its gate and propagates."""
+    if not hasattr(runner, "start"):
+        for i, req in enumerate(reqs):
+            on_start(i)
+            runner(req)
+            on_done(i)
+        return
+    nxt = runner.start(reqs[0]) if reqs else None
+    for i in range(len(reqs)):
+        cur = nxt
+        on_start(i)
+        runner.release(cur)
+        nxt = runner.start(reqs[i + 1]) if i + 1 < len(reqs) else None
+        try:
+            runner.finish(cur)
+        except BaseException:
+            if nxt is not None:
+                runner.abort(nxt)
+            raise
+        on_done(i)

@@ -1,0 +1,130 @@
+"""``bench_runner``: pipelined benches measure one at a time, the next one started and held
+at its gate meanwhile; a failure kills the held one; plain callables still run in order;
+the gate plugin waits for its file, and gives up in one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.commands.bench_runner import (
+    GATE_ENV,
+    GATE_PLUGIN,
+    BenchRequest,
+    run_pipelined,
+    with_requests,
+)
+from harness.errors import CompareError
+
+
+def _reqs(n: int) -> list[BenchRequest]:
+    return [BenchRequest("AB"[i % 2], f"rev{i}", Path("."), Path(f"out{i}"), "smoke", i // 2)
+            for i in range(n)]
+
+
+class Recorder:
+    """A pipelining runner that records what happens, and fails request ``fail``."""
+
+    def __init__(self, fail: int | None = None) -> None:
+        self.events: list[tuple[str, int]] = []
+        self.fail = fail
+
+    def __call__(self, req):
+        self.events.append(("call", req.round))
+
+    def start(self, req):
+        i = int(req.revision[3:])
+        self.events.append(("start", i))
+        return i
+
+    def release(self, i):
+        self.events.append(("release", i))
+
+    def finish(self, i):
+        self.events.append(("finish", i))
+        if i == self.fail:
+            raise CompareError(f"bench {i} failed")
+
+    def abort(self, i):
+        self.events.append(("abort", i))
+
+
+def test_one_measures_at_a_time_and_the_next_starts_meanwhile():
+    rec, seen = Recorder(), []
+    run_pipelined(rec, _reqs(4), on_start=lambda i: seen.append(("measure", i)),
+                  on_done=lambda i: seen.append(("done", i)))
+    assert rec.events == [("start", 0), ("release", 0), ("start", 1), ("finish", 0),
+                          ("release", 1), ("start", 2), ("finish", 1),
+                          ("release", 2), ("start", 3), ("finish", 2),
+                          ("release", 3), ("finish", 3)]
+    assert seen == [("measure", 0), ("done", 0), ("measure", 1), ("done", 1),
+                    ("measure", 2), ("done", 2), ("measure", 3), ("done", 3)]
+    # never two released and unfinished: bench i+1 is released only after i finished
+    open_ = set()
+    for what, i in rec.events:
+        if what == "release":
+            open_.add(i)
+            assert len(open_) == 1, rec.events
+        elif what == "finish":
+            open_.discard(i)
+
+
+def test_a_failure_kills_the_bench_held_at_its_gate():
+    rec = Recorder(fail=1)
+    with pytest.raises(CompareError, match="bench 1 failed"):
+        run_pipelined(rec, _reqs(4))
+    assert rec.events[-2:] == [("finish", 1), ("abort", 2)]
+    assert ("release", 2) not in rec.events
+
+
+def test_plain_callables_run_in_order_and_mapping_keeps_pipelining():
+    calls = []
+    run_pipelined(lambda req: calls.append(req.revision), _reqs(3))
+    assert calls == ["rev0", "rev1", "rev2"]
+    rec = Recorder()
+    mapped = with_requests(rec, lambda req: BenchRequest(req.label, req.revision, req.worktree,
+                                                         req.out_dir, req.matrix, 7))
+    assert hasattr(mapped, "start")
+    run_pipelined(mapped, _reqs(2))
+    assert rec.events[0] == ("start", 0) and ("finish", 1) in rec.events
+    mapped(_reqs(1)[0])
+    assert rec.events[-1] == ("call", 7)                       # fn applied to a plain call
+    assert not hasattr(with_requests(lambda req: None, lambda r: r), "start")
+
+
+def _gate_process(gate: Path, timeout: str) -> subprocess.Popen:
+    env = dict(os.environ, **{GATE_ENV: str(gate), "HARNESS_BENCH_GATE_TIMEOUT": timeout})
+    code = (f"import runpy; runpy.run_path({str(GATE_PLUGIN)!r}); print('through', flush=True)")
+    return subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_the_gate_plugin_holds_until_its_file_exists(tmp_path):
+    gate = tmp_path / "gate"
+    proc = _gate_process(gate, "60")
+    time.sleep(0.5)
+    assert proc.poll() is None                                 # held
+    gate.touch()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out.strip() == "through", err
+
+
+def test_the_gate_plugin_gives_up_in_one_line(tmp_path):
+    proc = _gate_process(tmp_path / "never", "0.3")
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1 and out == ""
+    assert err.strip().splitlines() == [
+        f"harness bench: gate {tmp_path / 'never'} was not opened within 0.3 s"]
+
+
+def test_without_the_variable_the_gate_plugin_does_nothing():
+    env = {k: v for k, v in os.environ.items() if k != GATE_ENV}
+    code = f"import runpy; runpy.run_path({str(GATE_PLUGIN)!r}); print('through')"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=30, check=True).stdout
+    assert out.strip() == "through"
