@@ -128,6 +128,10 @@ class SubprocessRunner:
         self.release(s)
         try:
             rc = s.proc.wait()
+        except BaseException:                 # interrupted: the bench does not outlive us
+            s.proc.kill()
+            s.proc.wait()
+            raise
         finally:
             s.fh.close()
             if s.gate is not None:
