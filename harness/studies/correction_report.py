@@ -16,6 +16,11 @@ from harness.kernels.marlin.variants import CORRECTIONS, SHAPE_CLASSES
 
 ULP_BUDGET = 2.0
 TARGETS = {"graph_median_pct": 5.0, "graph_max_pct": 10.0, "cold_max_pct": 15.0, "floor_ratio": 2.0}
+#: Issue 21's targets, relative to the floor (Marlin + an empty kernel, same shape and mode):
+#: the graph excess over it in percentage points (median, every shape), the eager overhead
+#: (median), and the whole path at M = 1024 against Marlin alone (ratio, both modes).
+FLOOR_TARGETS = {"excess_median_pp": 3.0, "excess_max_pp": 6.0, "cold_median_pct": 15.0,
+                 "m1024_ratio": 1.15}
 COLUMNS = ("case_id", "M", "N", "K", "group_size", "shape_class", "variant", "mode", "status",
            "time_us", "iqr_us", "ci_lo_us", "ci_hi_us", "n_samples", "stop_reason", "calls",
            "copies",
@@ -129,6 +134,52 @@ def evaluate_targets(rows: list[dict], picks: dict[str, dict]) -> list[tuple[str
     return res
 
 
+def floor_excess(rows: list[dict], picks: dict[str, dict]) -> list[dict]:
+    """Per shape and mode, the picked variant's overhead over Marlin alone, the empty
+    kernel's (Marlin + an empty kernel: the floor of any one-kernel correction) and the
+    excess = the difference, in percentage points; shapes without both left out."""
+    by = {(r["case_id"], r["variant"], r["mode"]): r for r in rows}
+    out = []
+    for r in rows:
+        pick = picks.get(r["shape_class"], {}).get("variant")
+        if r["variant"] != pick:
+            continue
+        floor = by.get((r["case_id"], "empty", r["mode"]))
+        ov, fl = _num(r, "overhead_pct"), _num(floor, "overhead_pct") if floor else None
+        if ov is None or fl is None:
+            continue
+        out.append({"case_id": r["case_id"], "M": int(r["M"]), "mode": r["mode"],
+                    "variant": pick, "overhead_pct": ov, "floor_pct": fl,
+                    "excess_pp": ov - fl})
+    return out
+
+
+def floor_targets(rows: list[dict], picks: dict[str, dict]) -> list[tuple[str, bool, str]]:
+    """Issue 21's targets (``FLOOR_TARGETS``) on the per-class choice."""
+    ex = floor_excess(rows, picks)
+    res = []
+    g = [e["excess_pp"] for e in ex if e["mode"] == "graph"]
+    if g:
+        worst = max((e for e in ex if e["mode"] == "graph"), key=lambda e: e["excess_pp"])
+        res.append(("graph excess over Marlin + empty kernel <= 3 pp (median)",
+                    statistics.median(g) <= FLOOR_TARGETS["excess_median_pp"],
+                    f"{statistics.median(g):.1f} pp"))
+        res.append(("graph excess over Marlin + empty kernel <= 6 pp at every shape",
+                    max(g) <= FLOOR_TARGETS["excess_max_pp"],
+                    f"max {max(g):.1f} pp at {worst['case_id']}"))
+    c = [e["overhead_pct"] for e in ex if e["mode"] == "cold"]
+    if c:
+        res.append(("eager overhead <= 15% (median)",
+                    statistics.median(c) <= FLOOR_TARGETS["cold_median_pct"],
+                    f"{statistics.median(c):.1f}%"))
+    big = [e for e in ex if e["M"] == 1024]
+    if big:
+        ratio = 1.0 + max(e["overhead_pct"] for e in big) / 100.0
+        res.append(("at M = 1024 the whole path <= 1.15x Marlin alone (both modes)",
+                    ratio <= FLOOR_TARGETS["m1024_ratio"], f"max {ratio:.3f}x"))
+    return res
+
+
 def auto_line(picks: dict[str, dict]) -> str:
     """The line to paste; a class the run did not measure keeps the seed's two_kernel."""
     body = ", ".join(f'"{c}": "{picks[c]["variant"] if c in picks else "two_kernel"}"'
@@ -172,6 +223,13 @@ def render_markdown(rows, summary, picks, targets, header: list[str]) -> str:
                   "- none: no variant was correct and measured in every class"]
     lines += ["", "```python", auto_line(picks), "```", "", "## Targets on that choice", ""]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {name} ({val})" for name, ok, val in targets]
+    excess = floor_excess(rows, picks)
+    if excess:
+        lines += ["", "## Over the floor: the choice against Marlin + an empty kernel (issue 21)",
+                  "", "| case | mode | variant | overhead % | floor % | excess (pp) |",
+                  "|---" * 6 + "|"]
+        lines += [f"| {e['case_id']} | {e['mode']} | {e['variant']} | {e['overhead_pct']:.1f} "
+                  f"| {e['floor_pct']:.1f} | {e['excess_pp']:+.1f} |" for e in excess]
     variants = list(dict.fromkeys(r["variant"] for r in rows if r["variant"] != "marlin_only"))
     lines += ["", "## Per shape: Marlin alone (µs) and each variant's overhead % (cold / graph)",
               "",
@@ -192,7 +250,7 @@ def render_markdown(rows, summary, picks, targets, header: list[str]) -> str:
 def write_outputs(out: Path, rows, extra: dict, header: list[str]) -> tuple[list, dict, list]:
     summary = summarize(rows)
     picks = recommend(rows, [v for v in CORRECTIONS if any(r["variant"] == v for r in rows)])
-    targets = evaluate_targets(rows, picks)
+    targets = evaluate_targets(rows, picks) + floor_targets(rows, picks)
     with open(out / "correction_study.csv", "w", newline="") as fh:
         wr = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
         wr.writeheader()

@@ -61,10 +61,13 @@ from .correction_bench import (  # noqa: F401  (re-exported: tests and callers u
 )
 from .correction_report import (  # noqa: F401  (re-exported: the study's public helpers)
     COLUMNS,
+    FLOOR_TARGETS,
     TARGETS,
     ULP_BUDGET,
     auto_line,
     evaluate_targets,
+    floor_excess,
+    floor_targets,
     fmt,
     marlin_failures,
     recommend,

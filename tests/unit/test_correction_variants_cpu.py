@@ -276,6 +276,35 @@ def test_targets_on_the_recommended_choice():
     assert res["correction within 2 fp16 ULPs of fp64"] == (True, "max 0.60 ULP")
 
 
+def test_issue_21_targets_against_marlin_plus_an_empty_kernel():
+    """The excess of the chosen variant over Marlin + an empty kernel (same shape, mode)
+    in percentage points, the eager median, and the whole path at M = 1024."""
+    rows = _rows()
+    empty = {("M1", "cold"): 5.0, ("M1", "graph"): 4.0, ("M16", "cold"): 5.0,
+             ("M16", "graph"): 4.5, ("M64", "cold"): 4.0, ("M64", "graph"): 2.0}
+    for (cid, mode), pct in empty.items():
+        M = {"M1": 1, "M16": 16, "M64": 64}[cid]
+        rows.append({"case_id": cid, "M": M, "shape_class": cv.shape_class(M),
+                     "variant": "empty", "mode": mode, "status": "ok", "overhead_pct": pct,
+                     "correct": True})
+    picks = study.recommend(rows, ["fused", "side_stream"])      # side_stream everywhere
+    excess = {(e["case_id"], e["mode"]): e["excess_pp"] for e in study.floor_excess(rows, picks)}
+    assert excess == pytest.approx({("M1", "cold"): 7.0, ("M1", "graph"): 2.0,
+                                    ("M16", "cold"): 9.0, ("M16", "graph"): 2.5,
+                                    ("M64", "cold"): 5.0, ("M64", "graph"): 1.0})
+    res = {name: (ok, val) for name, ok, val in study.floor_targets(rows, picks)}
+    assert res["graph excess over Marlin + empty kernel <= 3 pp (median)"] == (True, "2.0 pp")
+    assert res["graph excess over Marlin + empty kernel <= 6 pp at every shape"] == (
+        True, "max 2.5 pp at M16")
+    assert res["eager overhead <= 15% (median)"] == (True, "12.0%")
+    assert not any("M = 1024" in name for name in res)          # no M = 1024 shape here
+    big = [dict(r, case_id="M1024", M=1024, shape_class="mid") for r in rows
+           if r["case_id"] == "M64"]
+    res = {n: (ok, v) for n, ok, v in study.floor_targets(rows + big, picks)}
+    assert res["at M = 1024 the whole path <= 1.15x Marlin alone (both modes)"] == (
+        True, "max 1.090x")
+
+
 def test_write_outputs(tmp_path):
     rows = _rows()
     summary, picks, targets = study.write_outputs(tmp_path, rows, {"note": 1}, ["# title"])
@@ -286,6 +315,7 @@ def test_write_outputs(tmp_path):
     assert md.startswith("# title") and 'AUTO_BY_CLASS = {"decode": "side_stream"' in md
     assert "| M16 | decode | 10.0 / 10.0 |" in md and "9! / 5!" in md
     assert "FAIL: graph overhead median <= 5%" in md
+    assert "## Over the floor" not in md            # no empty-kernel rows in this study
     js = (tmp_path / "correction_study.json").read_text()
     assert '"auto_line"' in js and len(summary) == 6 and picks and targets
 
