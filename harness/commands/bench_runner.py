@@ -10,8 +10,9 @@
   waits at a gate (``bench_gate.py``, given as the first ``--plugin``: plugins load after
   the paths and before anything is measured) until the current bench has exited. Only one
   bench measures at a time; what is hidden is each process's start (about 4 s of the 7-15 s
-  an A/B bench took on the H200). Both sides of an A/B start the same way, so whatever a
-  starting process costs the measuring one is the same on both sides.
+  an A/B bench took on the H200). Every bench measures while the next one starts up (the
+  last one beside a shadow of itself, stopped at its gate), so whatever a starting process
+  costs the measuring one is the same for every bench of both sides.
 * ``with_requests(runner, fn)``: the runner with ``fn`` applied to every request, its
   pipelining kept (the job's A/B gives its plugins to one side this way).
 
@@ -189,11 +190,19 @@ def run_pipelined(runner, reqs: Sequence[BenchRequest],
         cur = nxt
         on_start(i)
         runner.release(cur)
-        nxt = runner.start(reqs[i + 1]) if i + 1 < len(reqs) else None
+        # the last bench too measures beside a starting process: a shadow of it, stopped
+        # at its gate, so every bench of both sides measures under the same conditions
+        nxt = runner.start(reqs[i + 1] if i + 1 < len(reqs) else shadow(reqs[i]))
         try:
             runner.finish(cur)
         except BaseException:
-            if nxt is not None:
-                runner.abort(nxt)
+            runner.abort(nxt)
             raise
         on_done(i)
+    runner.abort(nxt)
+
+
+def shadow(req: BenchRequest) -> BenchRequest:
+    """A bench that ``run_pipelined`` starts and stops at its gate (it measures nothing):
+    its log goes to ``<out_dir>.shadow.log``."""
+    return replace(req, out_dir=req.out_dir.with_name(req.out_dir.name + ".shadow"))

@@ -38,7 +38,7 @@ class Recorder:
         self.events.append(("call", req.round))
 
     def start(self, req):
-        i = int(req.revision[3:])
+        i = int(req.revision[3:]) + (100 if req.out_dir.name.endswith(".shadow") else 0)
         self.events.append(("start", i))
         return i
 
@@ -61,7 +61,9 @@ def test_one_measures_at_a_time_and_the_next_starts_meanwhile():
     assert rec.events == [("start", 0), ("release", 0), ("start", 1), ("finish", 0),
                           ("release", 1), ("start", 2), ("finish", 1),
                           ("release", 2), ("start", 3), ("finish", 2),
-                          ("release", 3), ("finish", 3)]
+                          ("release", 3), ("start", 103), ("finish", 3), ("abort", 103)]
+    # every bench measured while another one started: the last beside its shadow (103),
+    # which is stopped at its gate and never released
     assert seen == [("measure", 0), ("done", 0), ("measure", 1), ("done", 1),
                     ("measure", 2), ("done", 2), ("measure", 3), ("done", 3)]
     # never two released and unfinished: bench i+1 is released only after i finished
@@ -80,6 +82,10 @@ def test_a_failure_kills_the_bench_held_at_its_gate():
         run_pipelined(rec, _reqs(4))
     assert rec.events[-2:] == [("finish", 1), ("abort", 2)]
     assert ("release", 2) not in rec.events
+    rec = Recorder(fail=3)                                      # the last one: its shadow
+    with pytest.raises(CompareError, match="bench 3 failed"):
+        run_pipelined(rec, _reqs(4))
+    assert rec.events[-2:] == [("finish", 3), ("abort", 103)]
 
 
 def test_plain_callables_run_in_order_and_mapping_keeps_pipelining():
@@ -92,6 +98,7 @@ def test_plain_callables_run_in_order_and_mapping_keeps_pipelining():
     assert hasattr(mapped, "start")
     run_pipelined(mapped, _reqs(2))
     assert rec.events[0] == ("start", 0) and ("finish", 1) in rec.events
+    assert rec.events[-1] == ("abort", 101)
     mapped(_reqs(1)[0])
     assert rec.events[-1] == ("call", 7)                       # fn applied to a plain call
     assert not hasattr(with_requests(lambda req: None, lambda r: r), "start")
