@@ -158,9 +158,10 @@ def test_tiled_kernels_agree_bit_for_bit(M, gs, K, ext, cuda_device):
 @pytest.mark.parametrize("gs,K", [(128, 2048), (2048, 2048), (128, 8192), (8192, 8192),
                                   (64, 1024), (4096, 8192)])
 def test_stream_kernels_within_2_ulp_and_repeatable(M, gs, K, ext, cuda_device):
-    """stream's two kernels over every branch of their launch: small groups (vpg 8, 16:
-    one and four passes), large groups (vpg 256: a warp per group; 512, 1024: a block per
-    group), RM 1, 2 and 4 (M < 64, < 128, >= 128), several column blocks; same bits twice."""
+    """stream's kernels over every branch of their launch: small groups (vpg 8, 16: one
+    and four passes), large groups (vpg 256: a warp per group; 512, 1024: a block per
+    group), the decode kernel (M <= 16) and RM 1, 2 and 4 (M < 64, < 128, >= 128),
+    several column blocks; same bits twice."""
     gen = torch.Generator(device=cuda_device).manual_seed(M * 11 + gs + K)
     N = 8192 if M in (100, 300) else 1024
     # any delta [K / gs, N] will do (the kernels never branch on values); a Marlin pack
@@ -177,6 +178,28 @@ def test_stream_kernels_within_2_ulp_and_repeatable(M, gs, K, ext, cuda_device):
     assert torch.equal(outs[0], outs[1]), "not bitwise repeatable"
     ref = apply_marlin_correction(C0, A, delta, gs)
     assert float(correction_ulps(outs[0], C0, ref - C0.double()).max()) <= 2.0
+
+
+@pytest.mark.parametrize("flags", [1, 2], ids=["fp16_accum", "skip_last_tile"])
+@pytest.mark.parametrize("M", [1, 8])
+def test_stream_decode_kernel_catches_the_planted_flags(M, flags, ext, cuda_device):
+    """stream's decode kernel (M <= 16: G split over the idle row slots) honours both
+    planted flags: fp16 accumulation (G = 32 products of |a_sum| ~ 11 x |delta| ~ 0.05,
+    C = 0, so the error is the correction's own) and the last 128 columns left alone."""
+    gen = torch.Generator(device=cuda_device).manual_seed(M + 10 * flags)
+    K, gs, N = 4096, 128, 1024
+    delta = torch.randn(K // gs, N, device=cuda_device, generator=gen) * 0.05
+    A = torch.randn(M, K, device=cuda_device, generator=gen).half()
+    C0 = torch.zeros(M, N, device=cuda_device).half()
+    corr = apply_marlin_correction(C0, A, delta, gs) - C0.double()
+    C = C0.clone()
+    ext.correction_variant(A, C, delta, cv.ext_id("stream"), flags)
+    torch.cuda.synchronize()
+    assert float(correction_ulps(C, C0, corr).max()) > 2.0
+    C = C0.clone()
+    ext.correction_variant(A, C, delta, cv.ext_id("stream"), 0)
+    torch.cuda.synchronize()
+    assert float(correction_ulps(C, C0, corr).max()) <= 2.0
 
 
 def test_stream_refuses_a_group_it_cannot_cut(ext, cuda_device):

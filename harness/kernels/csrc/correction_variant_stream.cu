@@ -19,10 +19,13 @@
 //    slot + 32, ...), loads those RM vectors of C first (their latency then hides behind
 //    the arithmetic), accumulates all G groups in registers in order (delta as two float4
 //    per group, a_sum through the read-only cache) and writes C once. No shared memory,
-//    no barrier.
+//    no barrier. At M <= 16 (corr_stream_split_kernel) the idle row slots take slices of
+//    G instead, added in order through shared memory after one barrier.
 // Flag bits (planted defects) as everywhere: fp16 accumulation, the last 128 columns
 // untouched. Shared internals: correction_variants.cuh.
 #include "correction_variants.cuh"
+
+#include <algorithm>
 
 namespace harness_int4 {
 namespace corr_detail {
@@ -132,6 +135,58 @@ corr_stream_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
   }
 }
 
+// Decode (M <= 16): corr_stream_kernel would leave most row slots idle and run G groups in
+// a chain per thread (16 load round trips at G = 64). Here the block's RS = pow2(M) rows
+// share its 32 slots with Z <= 32 / RS slices of G: thread (octet, slot = r * Z + z) sums
+// groups z, z + Z, ... of row r; the slices go through shared memory (one barrier) and
+// thread (r, column) adds them in order, then to its C element, which it loaded first.
+template <bool kHalfAccum>
+__global__ void __launch_bounds__(kFlatThreads)
+corr_stream_split_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
+                         const float* __restrict__ delta, int M, int N, int G, int n_end, int RS,
+                         int Z) {
+  __shared__ float s_red[kStreamSlots * kTileN];
+  const int oct = threadIdx.x & 7;
+  const int slot = threadIdx.x >> 3;
+  const int r = slot / Z, z = slot - r * Z;
+  const int m = blockIdx.y * RS + r;
+  const int n0 = blockIdx.x * kTileN + oct * 8;
+  const int rr = threadIdx.x / kTileN, col = threadIdx.x - rr * kTileN;  // the output it adds
+  const int mo = blockIdx.y * RS + rr, no = blockIdx.x * kTileN + col;
+  const bool out_live = rr < RS && mo < M && no < n_end;
+  const __half c_old = out_live ? C[static_cast<size_t>(mo) * N + no] : __float2half_rn(0.0f);
+  float acc[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) acc[c] = 0.0f;
+  if (r < RS && m < M && n0 < N) {
+    const float* arow = a_sum + static_cast<size_t>(m) * G;
+    const float* dcol = delta + n0;
+#pragma unroll 2
+    for (int g = z; g < G; g += Z) {
+      float dv[8];
+      load_octet(dcol + static_cast<size_t>(g) * N, dv);
+      fma_octet<kHalfAccum>(acc, __ldg(arow + g), dv);  // kHalfAccum: planted, fp16 throughout
+    }
+  }
+  float4* dst = reinterpret_cast<float4*>(s_red + slot * kTileN + oct * 8);
+  dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+  __syncthreads();
+  if (!out_live) return;
+  float sum = 0.0f;
+  for (int k = 0; k < Z; ++k) {
+    sum += s_red[(rr * Z + k) * kTileN + col];
+    if (kHalfAccum) sum = __half2float(__float2half_rn(sum));  // planted: the slices in fp16 too
+  }
+  C[static_cast<size_t>(mo) * N + no] = __float2half_rn(__half2float(c_old) + sum);
+}
+
+inline int pow2_at_least(int x) {
+  int p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
 template <int RM>
 cudaError_t launch_stream_rm(const CorrectionProblem& p, const float* a_sum, int n_end, bool half,
                              cudaStream_t stream) {
@@ -184,6 +239,17 @@ cudaError_t launch_stream(const CorrectionProblem& p, const float* a_sum, cudaSt
   // flag bit 1 (planted): leave the last 128-column tile untouched, as the others do
   const int n_end = (p.flags & kFlagSkipLastNTile) ? ((p.N - 1) / 128) * 128 : p.N;
   const bool half = (p.flags & kFlagHalfAccum) != 0;
+  if (p.M <= 16) {
+    const int RS = pow2_at_least(p.M);
+    const int Z = std::min(kStreamSlots / RS, pow2_at_least(p.G));
+    const dim3 grid(static_cast<unsigned>((p.N + kTileN - 1) / kTileN),
+                    static_cast<unsigned>((p.M + RS - 1) / RS));
+    if (half)
+      corr_stream_split_kernel<true><<<grid, kFlatThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end, RS, Z);
+    else
+      corr_stream_split_kernel<false><<<grid, kFlatThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end, RS, Z);
+    return cudaGetLastError();
+  }
   if (p.M >= 128) return launch_stream_rm<4>(p, a_sum, n_end, half, stream);
   if (p.M >= 64) return launch_stream_rm<2>(p, a_sum, n_end, half, stream);
   return launch_stream_rm<1>(p, a_sum, n_end, half, stream);
