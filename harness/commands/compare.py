@@ -139,7 +139,9 @@ def compare(
     """Gate B against A (A is the baseline side). Measured rounds land in ``work_dir/runs``.
 
     Revisions are measured in worktrees (``rounds`` interleaved rounds, margins from
-    their A/A spread, AMBIGUOUS rows re-measured in one more interleaved round); then
+    their A/A spread, AMBIGUOUS rows re-measured in one more interleaved round; the
+    rounds' benches pipelined by ``bench_runner.run_pipelined`` when ``runner`` can:
+    the next one starts up while one measures); then
     ``reports.comparison.compare_runs`` applies the environment policy and the gate.
     A stored B replays the confirmations its bench stored. ``confirm=False`` skips the
     extra round: the pooled rounds' verdicts stand (``harness job``'s A/B, where one more
