@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -108,11 +107,9 @@ class SubprocessRunner:
         req = replace(req, out_dir=req.out_dir.resolve())
         req.out_dir.mkdir(parents=True, exist_ok=True)
         gate = None
-        if gated:
-            fd, name = tempfile.mkstemp(prefix=".gate-", dir=req.out_dir.parent)
-            os.close(fd)
-            gate = Path(name)
-            gate.unlink()                          # the gate opens when this file exists
+        if gated:                                 # it opens when this file exists
+            gate = req.out_dir.parent / f".{req.out_dir.name}.gate"
+            gate.unlink(missing_ok=True)
             env[GATE_ENV] = str(gate)
             req = replace(req, plugins=(str(GATE_PLUGIN), *req.plugins))
         log = req.out_dir.parent / f"{req.out_dir.name}.log"
@@ -130,13 +127,9 @@ class SubprocessRunner:
         try:
             rc = s.proc.wait()
         except BaseException:                 # interrupted: the bench does not outlive us
-            s.proc.kill()
-            s.proc.wait()
+            self.abort(s)
             raise
-        finally:
-            s.fh.close()
-            if s.gate is not None:
-                s.gate.unlink(missing_ok=True)
+        self._close(s)
         if rc != 0 and not any(s.req.out_dir.rglob("*.csv")):
             lines = [ln for ln in s.log.read_text(errors="replace").splitlines() if ln.strip()]
             tail = lines[-1:] or ["no output"]
@@ -146,6 +139,10 @@ class SubprocessRunner:
     def abort(self, s: Started) -> None:
         s.proc.kill()
         s.proc.wait()
+        self._close(s)
+
+    @staticmethod
+    def _close(s: Started) -> None:
         s.fh.close()
         if s.gate is not None:
             s.gate.unlink(missing_ok=True)

@@ -154,22 +154,29 @@ def compare(
     rounds_of: dict[str, list[list[ResultRow]]] = {"A": [], "B": []}
     firsts: dict[str, Run] = {}       # a measured side's first round: its environment and settings
 
-    def run_round(plan, r: int, sub: str, filt: str | None, p: Sequence[str], m: Sequence[str]):
-        got = {}
-        order = plan if r % 2 == 0 else plan[::-1]
-        for label, side, tree in order:
-            out = work_dir / "runs" / sub / label
-            if out.exists():
-                shutil.rmtree(out)
-            echo(f"compare: round {sub}, {label} = {side.label}")
-            runner(BenchRequest(label, side.revision, tree, out, matrix, r, filt,
-                                tuple(p), tuple(m)))
-            if progress is not None:
-                progress.update(1)
+    def measure(plan, rounds_: Sequence[int], sub, filt: str | None, p: Sequence[str],
+                m: Sequence[str]) -> list[tuple[str, Run]]:
+        """Interleaved rounds (A B, then B A, ...) of ``plan``, pipelined by
+        ``bench_runner.run_pipelined`` (the next bench starts up while one measures);
+        ``sub(r)`` names a round's folder. Returns (label, run) in measuring order."""
+        jobs = [(sub(r), label, side, BenchRequest(label, side.revision, tree,
+                                                   work_dir / "runs" / sub(r) / label, matrix,
+                                                   r, filt, tuple(p), tuple(m)))
+                for r in rounds_ for label, side, tree in (plan if r % 2 == 0 else plan[::-1])]
+        for *_, req in jobs:
+            if req.out_dir.exists():
+                shutil.rmtree(req.out_dir)
+        run_pipelined(
+            runner, [req for *_, req in jobs],
+            on_start=lambda i: echo(f"compare: round {jobs[i][0]}, {jobs[i][1]} = "
+                                    f"{jobs[i][2].label}"),
+            on_done=lambda i: progress.update(1) if progress is not None else None)
+        got = []
+        for name, label, _, req in jobs:
             try:
-                got[label] = load_run(out)
+                got.append((label, load_run(req.out_dir)))
             except SchemaError as exc:
-                raise CompareError(f"bench of {label} round {sub} left no readable results: "
+                raise CompareError(f"bench of {label} round {name} left no readable results: "
                                    f"{exc}") from None
         return got
 
@@ -184,26 +191,8 @@ def compare(
             # one bench per revision per round: a bar with the ETA of the rounds left
             progress = stack.enter_context(tqdm(total=rounds * len(plan), unit="bench",
                                                 desc="compare", dynamic_ncols=True))
-            jobs = [(r, label, side, BenchRequest(label, side.revision, tree,
-                                                  work_dir / "runs" / f"round{r}" / label,
-                                                  matrix, r, filter, tuple(paths), tuple(modes)))
-                    for r in range(rounds)
-                    for label, side, tree in (plan if r % 2 == 0 else plan[::-1])]
-            for *_, req in jobs:
-                if req.out_dir.exists():
-                    shutil.rmtree(req.out_dir)
-            # the next bench starts up while this one measures (bench_runner.run_pipelined)
-            run_pipelined(
-                runner, [req for *_, req in jobs],
-                on_start=lambda i: echo(f"compare: round round{jobs[i][0]}, {jobs[i][1]} = "
-                                        f"{jobs[i][2].label}"),
-                on_done=lambda i: progress.update(1))
-            for r, label, _, req in jobs:
-                try:
-                    run = load_run(req.out_dir)
-                except SchemaError as exc:
-                    raise CompareError(f"bench of {label} round round{r} left no readable "
-                                       f"results: {exc}") from None
+            for label, run in measure(plan, range(rounds), lambda r: f"round{r}", filter,
+                                      paths, modes):
                 rounds_of[label].append(list(run.rows))
                 firsts.setdefault(label, run)
             progress.close()
@@ -220,8 +209,9 @@ def compare(
             def remeasure(keys: list[Key]):
                 wanted = set(keys)
                 rows = [r for r in b_rows if r.key in wanted]
-                got = run_round(plan, rounds, "remeasure", case_filter(rows, b_rows),
-                                sorted({k[1] for k in keys}), sorted({k[2] for k in keys}))
+                got = dict(measure(plan, [rounds], lambda r: "remeasure",
+                                   case_filter(rows, b_rows), sorted({k[1] for k in keys}),
+                                   sorted({k[2] for k in keys})))
                 return ([r for r in got["A"].rows if r.key in wanted],
                         [r for r in got["B"].rows if r.key in wanted])
         elif b.run is not None:
