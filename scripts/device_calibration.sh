@@ -14,7 +14,8 @@
 #   summary scripts/acceptance_summary.py on each stored run (planted share with PLANT)
 #   testsgpu `nox -s tests-gpu`; fleet: the fleet build's SASS test (issue 19);
 #           bisect: scripts/bisect_acceptance.sh (issue 20; needs FROM_BUNDLE);
-#           kernels: `harness study kernels` warm and --cold-l2 (issue 21), CSVs under $OUT
+#           kernels: `harness study kernels` warm and --cold-l2 (issue 21), CSVs under $OUT;
+#           gputests: pytest $GPU_TESTS; correction: `harness study correction` (issue 21)
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
 #   plantedjob  `harness job --steps gemm --mode graph` (the gating mode) with the planted
 #           slowdown (PLANT) and $JOB_ARGS,
@@ -103,4 +104,10 @@ fi
 [[ $steps == *" bisect "* ]] && step bisect bash scripts/bisect_acceptance.sh "$res/bisect"
 [[ $steps == *" kernels "* ]] && step kernels python3 -m harness study kernels --out "$out/$tag-kernels.csv" \
   && step kernels-cold python3 -m harness study kernels --cold-l2 --out "$out/$tag-kernels-cold.csv"
+# gputests: chosen GPU tests (GPU_TESTS, pytest arguments; default the correction variants')
+[[ $steps == *" gputests "* ]] && step gputests python3 -m pytest -q -p no:cacheprovider \
+  ${GPU_TESTS:-tests/gpu/test_correction_variants.py}
+# correction: `harness study correction` (issue 21's overhead table), its CSV under $OUT
+[[ $steps == *" correction "* ]] && step correction python3 -m harness study correction \
+  --out "$out/$tag-correction" ${CORRECTION_ARGS:-}
 true
