@@ -77,6 +77,7 @@ step build python3 -c "from harness.kernels.build import extension, build_info; 
   --matrix production --mode graph --out "$res/planted" --no-progress ${PLANT_ARGS:---no-compare} \
   --plugin tests/planted/slowdown_plugin.py
 [[ $steps == *" plantedjob "* ]] && step plantedjob env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
+  HARNESS_PLANT_LOG_DIR="$res/plantedjob/plant-log" \
   python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob" --no-progress \
   --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-}
 # report: `harness report` on every stored run of this call, gated against the committed

@@ -24,7 +24,6 @@ Extension point: a new misbehaviour is a ``WrappedPath`` subclass overriding ``r
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -37,6 +36,7 @@ from harness.kernels.marlin.pack import TILE, MarlinPack, pack_codes, unpack_cod
 from harness.kernels.reference import apply_marlin_correction
 
 from . import clock as planted_clock
+from .sleep_sizing import eager_plan, size_sleep
 
 #: The slowdown the ``slowdown_5pct`` defect plants.
 SLOWDOWN = 0.05
@@ -166,17 +166,14 @@ class SlowdownPath(WrappedPath):
     host's clock: a busy wait, CPU paths being synchronous; or the fake timer's virtual one).
     GPU: ``torch.cuda._sleep`` (a device spin) after the inner call, sized on the first call
     for each M (the runner's untimed accuracy run; it synchronises, which a real path never
-    does) the way the gate's graph-mode rows see time: CUDA graphs of back-to-back calls of
-    the inner call alone (t0), of a 1-cycle sleep alone (the extra node's own cost) and of
-    a long probe sleep alone (cycles per µs). The sleep then adds ``fraction`` x the inner time in
-    total; where the extra node alone costs more than that, the planted slowdown is larger
-    than asked. ``plans_by_shape[(M, N, K)]`` keeps what was measured and the slowdown to
-    expect, so a study can report the slowdown it really planted. Falls back to events
+    does) the way the gate's graph-mode rows see time: ``planted.sleep_sizing.size_sleep``
+    times the inner call over rotated copies with the bench's graph timer and measures the
+    spin's share closed-loop. Where the spin's node alone costs more than ``fraction`` of
+    the call, the planted slowdown is larger than asked. ``plans_by_shape[(M, N, K)]``
+    keeps what was measured, the slowdown to expect and the one measured, so a study (or
+    the plugin's log) can report the slowdown it really planted. Falls back to events
     around single eager calls when a capture fails.
     """
-
-    GRAPH_CALLS = 20
-    PROBE_CYCLES = 100_000
 
     def __init__(self, inner: GemmPath, fraction: float = SLOWDOWN) -> None:
         super().__init__(inner)
@@ -205,71 +202,19 @@ class SlowdownPath(WrappedPath):
         return table[M]
 
     def calibrate(self, prepared, A, out) -> int:
-        """Sleep cycles that make one call ``fraction`` slower (see the class docstring)."""
-        scratch = torch.empty_like(out)
-        inner = lambda: self.inner.run(prepared, A, scratch)  # noqa: E731
+        """Sleep cycles that make one call ``fraction`` slower as the gate's graph rows
+        see it (``planted.sleep_sizing``: rotated copies, the bench's graph timer, the
+        spin's share measured closed-loop); eager calls between events when the call
+        cannot be captured."""
         try:
-            per_call, how = _graph_us, "graph"
-            t0 = per_call(inner, self.GRAPH_CALLS)
-        except Exception:            # not capturable: single eager calls between events
+            plan = size_sleep(self.inner.run, prepared, A, out, self.fraction)
+        except Exception as exc:     # not capturable: single eager calls between events
             torch.cuda.synchronize()
-            per_call, how = _eager_us, "eager"
-            t0 = per_call(inner, self.GRAPH_CALLS)
-
-        def sleep_only(cycles: int) -> float:
-            return per_call(lambda: torch.cuda._sleep(cycles), self.GRAPH_CALLS)
-
-        # The sleep node's cost and rate are measured on sleeps alone: a difference of two
-        # timings of the inner call (µs-level noise on a 200 µs GEMM) is too noisy to size
-        # a 5% sleep from (an H200 run planted 12% once and 0% on re-measurement that way).
-        node = sleep_only(1)
-        rate = max(1e-9, (sleep_only(self.PROBE_CYCLES) - node) / (self.PROBE_CYCLES - 1))
-        cycles = max(1, round((self.fraction * t0 - node) / rate))
+            plan = eager_plan(self.inner.run, prepared, A, out, self.fraction)
+            plan["graph_failed"] = f"{type(exc).__name__}: {exc}"[:300]
         shape = (int(A.shape[0]), int(out.shape[1]), int(A.shape[1]))
-        self.plans_by_shape.setdefault(shape, []).append({
-            "timer": how, "inner_us": t0, "sleep_node_us": node, "us_per_cycle": rate,
-            "cycles": cycles,
-            "expected_fraction": (node + cycles * rate) / t0 if t0 > 0 else float("nan")})
-        return cycles
-
-
-def _events() -> tuple[torch.cuda.Event, torch.cuda.Event]:
-    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-
-def _graph_us(fn: Callable[[], object], calls: int, replays: int = 7) -> float:
-    """Median µs per call of ``calls`` back-to-back ``fn()`` captured in one CUDA graph."""
-    fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    start, end = _events()
-    times = []
-    for _ in range(replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    del graph
-    return statistics.median(times)
-
-
-def _eager_us(fn: Callable[[], object], calls: int) -> float:
-    """Median µs of one eager ``fn()`` between two events (launch latency included)."""
-    start, end = _events()
-    fn()
-    times = []
-    for _ in range(calls):
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+        self.plans_by_shape.setdefault(shape, []).append(plan)
+        return int(plan["cycles"])
 
 
 class SideStreamPath(WrappedPath):

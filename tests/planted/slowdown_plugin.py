@@ -1,13 +1,20 @@
 """A ``harness bench --plugin`` file: the planted 5% slowdown on one path.
 
 The path is ``$HARNESS_PLANT_PATH`` (default ``fp16_cache``); every call of it takes 5%
-longer (a device spin sized from the path's own graph-replay time; CPU: a host spin).
-Used to show that the gate catches a real regression on the GPU:
+longer (a device spin sized the way the gate's graph rows see the call: see
+``planted.sleep_sizing``; CPU: a host spin). Used to show that the gate catches a real
+regression on the GPU:
 
     HARNESS_PLANT_PATH=fp16_cache harness bench --matrix production --mode graph \\
         --plugin tests/planted/slowdown_plugin.py
+
+With ``$HARNESS_PLANT_LOG_DIR`` set, the process writes what it planted per shape (the
+spin's cycles, the call's time, the expected and the measured slowdown) to
+``plant-<pid>.json`` there when it exits: the slowdown really planted, beside the rows.
 """
 
+import atexit
+import json
 import os
 import sys
 from pathlib import Path
@@ -16,5 +23,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # tests/: the ``p
 
 from planted import defects  # noqa: E402
 
-_PLANT = defects.get("slowdown_5pct").plant(path=os.environ.get("HARNESS_PLANT_PATH", "fp16_cache"))
-_PLANT.__enter__()          # stays planted for the life of the process
+_PATH = os.environ.get("HARNESS_PLANT_PATH", "fp16_cache")
+_PLANT = defects.get("slowdown_5pct").plant(path=_PATH)
+_WRAPPER = _PLANT.__enter__()          # stays planted for the life of the process
+
+
+def _write_plans() -> None:
+    folder = os.environ.get("HARNESS_PLANT_LOG_DIR")
+    plans = getattr(_WRAPPER, "plans_by_shape", {})
+    if not folder or not plans:
+        return
+    rows = [{"M": m, "N": n, "K": k, **plan}
+            for (m, n, k), found in sorted(plans.items()) for plan in found]
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    doc = {"path": _PATH, "fraction": _WRAPPER.fraction, "pid": os.getpid(), "plans": rows}
+    (Path(folder) / f"plant-{os.getpid()}.json").write_text(json.dumps(doc, indent=1) + "\n")
+
+
+atexit.register(_write_plans)
