@@ -50,7 +50,8 @@ from harness.measure.ceilings import l2_cache_bytes, measure_ceilings
 from .crosscheck import profiled_spans
 
 #: profiler kernel-name fragment -> the study's kernel name (longest fragments first)
-KERNEL_NAMES = (("corr_stream_kernel", "corr_stream"), ("asum_flat", "asum_flat"),
+KERNEL_NAMES = (("corr_stream_split_kernel", "corr_stream"), ("corr_stream_kernel", "corr_stream"),
+                ("asum_flat", "asum_flat"),
                 ("correction_accum_kernel", "correction_accum"),
                 ("a_group_sum_kernel", "a_group_sum"),
                 ("corr_tile_kernel", "corr_tile"), ("asum_kernel", "asum"),

@@ -32,12 +32,16 @@ FLAT = ("void harness_int4::corr_detail::(anonymous namespace)::asum_flat_small_
         "(__half const*, float*, long, int)")
 STREAM = ("void harness_int4::corr_detail::(anonymous namespace)::corr_stream_kernel<4, false>"
           "(__half*, float const*, float const*, int, int, int, int)")
+SPLIT = ("void harness_int4::corr_detail::(anonymous namespace)::corr_stream_split_kernel<true>"
+         "(__half*, float const*, float const*, int, int, int, int, int, int)")
 
 
 def test_profiler_names_map_to_the_studys_kernels():
     assert [kernel_class(n) for n in (ASUM, TILE, SEED_SUM, SEED_ACC, FLUSH, EMPTY)] == \
            ["asum", "corr_tile", "a_group_sum", "correction_accum", None, "empty"]
     assert [kernel_class(n) for n in (FLAT, STREAM)] == ["asum_flat", "corr_stream"]
+    # the decode form (M <= 16) is the same stage: an H200 study left its rows empty
+    assert kernel_class(SPLIT) == "corr_stream"
     assert kernel_class("void at::native::direct_copy_kernel_cuda(...)") is None
 
 
