@@ -106,6 +106,10 @@ class Settings:
         30, "samples taken before the spread may stop sampling (at least 3)", low=3)
     max_samples: int = _setting(
         2000, "samples after which sampling stops (at least min_samples)", low=3)
+    cold_min_samples: int = _setting(
+        0, "cold mode's min_samples (at least 3); 0: min_samples. Cold rows are information "
+        "on a GPU; their sampling is most of the job's time (docs/measurement.md 9.2)",
+        stored_default=0)
     gate_eager_speed: int = _setting(
         0, "1: SLOWER in host-paced modes (cold, cpu, model) fails the gate; 0: reported",
         high=1)
@@ -136,6 +140,9 @@ class Settings:
         if self.max_samples < self.min_samples:
             raise ConfigError(f"setting 'max_samples' ({self.max_samples}) is below "
                               f"'min_samples' ({self.min_samples})")
+        if self.cold_min_samples and not 3 <= self.cold_min_samples <= self.max_samples:
+            raise ConfigError(f"setting 'cold_min_samples' ({self.cold_min_samples}) must be 0 "
+                              f"or between 3 and 'max_samples' ({self.max_samples})")
 
     def to_dict(self) -> dict:
         """The thresholds (and their provenance) as a JSON-ready dict."""

@@ -131,8 +131,9 @@ class Runner:
         self.rows: list[ResultRow] = []
         self._fresh = None
         self._weights: tuple = ()                 # the case's weights (fresh-input reference)
-        rule = StopRule.from_settings(ctx.settings)
-        self.rule = rule
+        self.rule = StopRule.from_settings(ctx.settings)
+        #: each timing mode's stop rule (cold may take fewer samples: ``cold_min_samples``)
+        self.rules = {m: StopRule.from_settings(ctx.settings, m) for m in ctx.modes}
         self.read_clock = sm_clock_reader(ctx.device)
         self.l2 = l2_cache_bytes(ctx.device)
         #: host seconds by stage (case data + reference, per-path set-up, each mode's
@@ -300,7 +301,8 @@ class Runner:
         timer = make_timer(mode, step, calls, self.ctx.device, span=copies,
                            idle_ratio=self.ctx.settings.graph_idle_ratio)
         try:
-            return time_batches(timer, self.rule, self.read_clock if mode != "cpu" else None,
+            clock = self.read_clock if mode != "cpu" else None
+            return time_batches(timer, self.rules.get(mode, self.rule), clock,
                                 calls_per_batch=calls, mode=mode)
         finally:
             close = getattr(timer, "close", None)

@@ -160,10 +160,15 @@ class StopRule:
                 f"max_samples: {self.max_samples} is below min_samples {self.min_samples}")
 
     @classmethod
-    def from_settings(cls, settings) -> StopRule:
+    def from_settings(cls, settings, mode: str | None = None) -> StopRule:
+        """The rule of ``mode`` (None: the common one): cold mode takes
+        ``cold_min_samples`` as its minimum when that is set."""
+        low = int(settings.min_samples)
+        cold = int(settings.cold_min_samples)
+        if mode == "cold" and cold:
+            low = cold
         return cls(float(settings.warmup_ms), float(settings.max_case_seconds),
-                   float(settings.target_rel_spread), int(settings.min_samples),
-                   int(settings.max_samples))
+                   float(settings.target_rel_spread), low, int(settings.max_samples))
 
     def reason_to_stop(self, samples: list[float], elapsed_s: float) -> str | None:
         """'converged', 'max_samples', 'time_cap' or None (keep sampling)."""

@@ -148,8 +148,18 @@ class Environment:
 #: only changes how results are judged and is not compared.
 MEASURED_SETTINGS: tuple[str, ...] = (
     "warmup_ms", "max_case_seconds", "target_rel_spread", "min_samples", "max_samples",
-    "accuracy_runs", "graph_idle_ratio", "cpu_threads",
+    "cold_min_samples", "accuracy_runs", "graph_idle_ratio", "cpu_threads",
 )
+
+#: Measured settings that only one timing mode reads: left out of ``measured_settings``
+#: when the run's modes are known and leave that mode out (a CPU run is not refused for
+#: the cold rows' sampling).
+MODE_SETTINGS: dict[str, str] = {"cold_min_samples": "cold", "graph_idle_ratio": "graph"}
+
+#: Measured settings added after runs were first stored, with the value an older file
+#: (without the key) was measured with: compared as that value, so a file written before
+#: the setting existed is refused by a run that changes it.
+STORED_DEFAULTS: dict[str, float] = {"cold_min_samples": 0}
 
 #: The timing modes ``harness bench`` records under ``modes`` in a run json's extra.
 #: ``harness ppl`` records its scoring modes under the same key; those are not timing
@@ -209,12 +219,18 @@ def measured_settings(settings: Mapping | None, extra: Mapping | None = None) ->
     of them is ``cpu`` (they do not change GPU timings).
     """
     out = dict(settings or {})
+    if out:                       # a settings record: an older one measured with the defaults
+        for key, value in STORED_DEFAULTS.items():
+            out.setdefault(key, value)
     extra = extra or {}
     modes = extra.get("modes")
     if isinstance(modes, (list, tuple)) and modes and all(str(m) in TIMING_MODES for m in modes):
         out["modes"] = sorted(str(m) for m in modes)
         if "cpu" in out["modes"] and _known(extra.get("cpu_threads")):
             out["cpu_threads"] = extra["cpu_threads"]
+        for key, mode in MODE_SETTINGS.items():
+            if mode not in out["modes"]:
+                out.pop(key, None)
     return out
 
 

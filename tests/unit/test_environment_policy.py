@@ -414,3 +414,27 @@ def test_report_gates_each_matrix_against_its_own_environment_only(tmp_path, cap
     capsys.readouterr()
     assert main(["report", str(tmp_path / "both"), "--baseline", str(tmp_path / "b"),
                  "--out", str(tmp_path / "rep")]) == 0, capsys.readouterr().err
+
+
+def test_cold_sampling_budget_is_refused_where_cold_rows_are_compared_only():
+    """``cold_min_samples`` changes what the cold rows hold: a run that sets it is refused by
+    a baseline measured without it (an older file, without the key, counts as 0), but not
+    when one side has no cold rows (a graph-only planted run, a CPU run)."""
+    old = {k: v for k, v in SETTINGS.items() if k != "cold_min_samples"}
+    ten = {**SETTINGS, "cold_min_samples": 10}
+    both = {"modes": ["cold", "graph"]}
+    _refused("setting cold_min_samples differs", "baseline 0", "this run 10", base_env=ENV,
+             cur_env=ENV, base_settings=measured_settings(old, both),
+             cur_settings=measured_settings(ten, both))
+    assert check_environment(ENV, ENV, measured_settings(old, both),
+                             measured_settings(ten, {"modes": ["graph"]})) == []
+    cpu = replace(ENV, arch="cpu", gpu_name="")
+    assert check_environment(cpu, cpu, measured_settings(old, {"modes": ["cpu"]}),
+                             measured_settings(ten, {"modes": ["cpu"]})) == []
+    # the graph timer's duty cycle, likewise, is compared only where graph rows are
+    idle = {**SETTINGS, "graph_idle_ratio": 0.0}
+    assert check_environment(ENV, ENV, measured_settings(SETTINGS, {"modes": ["cold"]}),
+                             measured_settings(idle, {"modes": ["cold"]})) == []
+    _refused("setting graph_idle_ratio differs", base_env=ENV, cur_env=ENV,
+             base_settings=measured_settings(SETTINGS, both),
+             cur_settings=measured_settings(idle, both))

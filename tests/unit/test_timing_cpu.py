@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from harness.config import ConfigError, load_settings
 from harness.measure import timing as T
 from harness.measure.rotation import plan_copies
 
@@ -179,3 +180,17 @@ def test_plan_copies_exceeds_three_l2():
     assert "3 x L2" in capped.note
     cpu = plan_copies(1000, 0)
     assert cpu.copies == 1 and cpu.l2_cold
+
+
+def test_cold_mode_takes_its_own_minimum_when_one_is_set():
+    plain = load_settings("default")
+    assert plain.cold_min_samples == 0
+    assert {m: T.StopRule.from_settings(plain, m).min_samples for m in ("cold", "graph")} == \
+           {"cold": plain.min_samples, "graph": plain.min_samples}
+    ten = load_settings("default", overrides={"cold_min_samples": 10})
+    assert T.StopRule.from_settings(ten, "cold").min_samples == 10
+    assert T.StopRule.from_settings(ten, "graph").min_samples == plain.min_samples
+    assert T.StopRule.from_settings(ten).min_samples == plain.min_samples   # ppl, studies
+    for bad in (2, 5000):
+        with pytest.raises(ConfigError, match="cold_min_samples"):
+            load_settings("default", overrides={"cold_min_samples": bad})
