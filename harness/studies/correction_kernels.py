@@ -56,10 +56,19 @@ KERNEL_NAMES = (("corr_stream_split_kernel", "corr_stream"), ("corr_stream_kerne
                 ("a_group_sum_kernel", "a_group_sum"),
                 ("corr_tile_kernel", "corr_tile"), ("asum_kernel", "asum"),
                 ("empty_kernel", "empty"))
-#: variant -> its kernels, in launch order; fused's corr_tile sums A itself ("+sum")
+#: variant -> its kernels, in launch order; fused's corr_tile sums A itself ("+sum"); "a|b":
+#: the variant launches one of them by shape (stream: corr_tile at M > 16 with >= 32 groups
+#: per row, ``correction_variant_stream.cu``), the row is named by the one that ran
 VARIANT_KERNELS = {"two_kernel_lean": ("a_group_sum", "correction_accum"),
                    "side_stream": ("asum", "corr_tile"), "fused": ("corr_tile+sum",),
-                   "stream": ("asum_flat", "corr_stream")}
+                   "stream": ("asum_flat", "corr_stream|corr_tile")}
+
+
+def stage_kernel(spec: str, medians) -> str:
+    """The kernel of one stage ``spec`` ("a" or "a|b") that the profile holds (the first
+    alternative when it holds none)."""
+    options = spec.split("|")
+    return next((k for k in options if k in medians), options[0])
 TARGET = 1.5
 
 
@@ -133,7 +142,8 @@ def kernel_rows(case, variant: str, medians: dict[str, tuple[float, int]], copy_
     variant should have launched and the profile lacks is a row with NaN time and a note.
     ``copies``: bytes -> the measured copy of that many bytes (us), for ``copy_ratio``."""
     rows = []
-    for kernel in VARIANT_KERNELS[variant]:
+    for spec in VARIANT_KERNELS[variant]:
+        kernel = stage_kernel(spec, medians)
         t, n = medians.get(kernel, (math.nan, 0))
         nbytes = kernel_bytes(kernel, case.M, case.N, case.K, case.group_size)
         bw = nbytes / (copy_gbps * 1e3)                  # bytes / (GB/s) in us
@@ -255,7 +265,8 @@ def _measure_case(ext, case, dev, args, flush, copy_gbps: float, empty_us: float
     A, C, delta = _inputs(case, dev)
     rows: list[KernelRow] = []
     sizes = {kernel_bytes(k, case.M, case.N, case.K, case.group_size)
-             for v in args.variants.split(",") for k in VARIANT_KERNELS[v]}
+             for v in args.variants.split(",") for spec in VARIANT_KERNELS[v]
+             for k in spec.split("|")}
     copies = {b: copy_us(b, dev, args.reps, flush) for b in sorted(sizes)}
     for variant in args.variants.split(","):
         def call(v=EXT_IDS[variant]):

@@ -49,7 +49,7 @@ def test_the_copy_of_the_same_bytes_beside_the_floor():
     """At decode the empty kernel (1.8 us here) is the issue's floor; the copy of the same
     bytes (2.4 us: one memory round trip) is the larger, and copy_ratio divides by it."""
     case = GemmCase(1, 2048, 2048, 128)
-    sizes = {k: kernel_bytes(k, 1, 2048, 2048, 128) for k in VARIANT_KERNELS["stream"]}
+    sizes = {k: kernel_bytes(k, 1, 2048, 2048, 128) for k in ("asum_flat", "corr_stream")}
     copies = {sizes["asum_flat"]: 2.4, sizes["corr_stream"]: 1.0}
     rows = kernel_rows(case, "stream", {"asum_flat": (3.0, 9), "corr_stream": (2.0, 9)},
                        4300.0, 1.8, "warm", copies=copies)
@@ -117,3 +117,16 @@ def test_bad_arguments_and_no_gpu_are_one_line(capsys):
     assert main(["study", "kernels", "--filter", "M == 1"]) == 2
     assert capsys.readouterr().err.strip() == \
            "harness study kernels: needs a CUDA GPU (none is visible)"
+
+
+def test_stream_rows_are_named_by_the_accumulation_that_ran():
+    """stream accumulates with corr_tile at M > 16 with >= 32 groups per row (K8192-g128):
+    its second row is then corr_tile's; with neither in the profile, the row says so."""
+    case = GemmCase(1024, 2048, 8192, 128)
+    rows = kernel_rows(case, "stream", {"asum_flat": (5.0, 9), "corr_tile": (21.0, 9)},
+                       4300.0, 0.54, "warm")
+    assert [r.kernel for r in rows] == ["asum_flat", "corr_tile"]
+    assert rows[1].time_us == 21.0 and rows[1].samples == 9
+    empty = kernel_rows(case, "stream", {"asum_flat": (5.0, 9)}, 4300.0, 0.54, "warm")
+    assert empty[1].kernel == "corr_stream" and math.isnan(empty[1].time_us)
+    assert "not in the profile" in empty[1].note

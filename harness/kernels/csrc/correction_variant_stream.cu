@@ -20,7 +20,8 @@
 //    the arithmetic), accumulates all G groups in registers in order (delta as two float4
 //    per group, a_sum through the read-only cache) and writes C once. No shared memory,
 //    no barrier. At M <= 16 (corr_stream_split_kernel) the idle row slots take slices of
-//    G instead, added in order through shared memory after one barrier.
+//    G instead, added in order through shared memory after one barrier. At M > 16 with
+//    G >= 32 groups per row corr_tile_kernel (side_stream's) accumulates instead.
 // Flag bits (planted defects) as everywhere: fp16 accumulation, the last 128 columns
 // untouched. Shared internals: correction_variants.cuh.
 #include "correction_variants.cuh"
@@ -34,6 +35,7 @@ namespace {
 constexpr int kFlatThreads = 256;
 constexpr int kSmallPasses = 4;          // vectors per lane in flight, small groups
 constexpr int kStreamSlots = 32;         // row slots of a corr_stream block (x 8 octets)
+constexpr int kStreamTileMinG = 32;      // from this many groups per row (M > 16): corr_tile
 
 template <int kPasses>
 __global__ void __launch_bounds__(kFlatThreads)
@@ -250,6 +252,14 @@ cudaError_t launch_stream(const CorrectionProblem& p, const float* a_sum, cudaSt
       corr_stream_split_kernel<false><<<grid, kFlatThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end, RS, Z);
     return cudaGetLastError();
   }
+  // Many groups per row (G >= kStreamTileMinG): each thread here chains all G groups, and
+  // corr_tile's G-slices were 2.3x faster warm, 3.7x cold at K = 8192, g128 (G = 64; the
+  // kernel study on an H200, docs/hopper.md 5.3), so corr_tile takes those shapes when its
+  // shared memory fits (same a_sum [M, G], same flags). Below it the two were even (G = 16)
+  // or corr_stream won 2-4x (G = 1).
+  if (p.G >= kStreamTileMinG &&
+      tile_config(p, false).smem <= static_cast<size_t>(smem_optin(p.device)))
+    return launch_tile(p, a_sum, false, false, stream);
   if (p.M >= 128) return launch_stream_rm<4>(p, a_sum, n_end, half, stream);
   if (p.M >= 64) return launch_stream_rm<2>(p, a_sum, n_end, half, stream);
   return launch_stream_rm<1>(p, a_sum, n_end, half, stream);
