@@ -151,14 +151,12 @@ MEASURED_SETTINGS: tuple[str, ...] = (
     "cold_min_samples", "accuracy_runs", "graph_idle_ratio", "cpu_threads",
 )
 
-#: Measured settings that only one timing mode reads: left out of ``measured_settings``
-#: when the run's modes are known and leave that mode out (a CPU run is not refused for
-#: the cold rows' sampling).
+#: Measured settings that one timing mode alone reads: not compared for a run whose
+#: recorded modes leave that mode out (a CPU run is not refused for the cold sampling).
 MODE_SETTINGS: dict[str, str] = {"cold_min_samples": "cold", "graph_idle_ratio": "graph"}
 
-#: Measured settings added after runs were first stored, with the value an older file
-#: (without the key) was measured with: compared as that value, so a file written before
-#: the setting existed is refused by a run that changes it.
+#: Measured settings added after files were first stored: an older file (no key) counts
+#: as measured with this value, so a run that changes the setting is refused by it.
 STORED_DEFAULTS: dict[str, float] = {"cold_min_samples": 0}
 
 #: The timing modes ``harness bench`` records under ``modes`` in a run json's extra.
