@@ -27,6 +27,7 @@
 #include "correction_variants.cuh"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace harness_int4 {
 namespace corr_detail {
@@ -140,8 +141,14 @@ corr_stream_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
 // Decode (M <= 16): corr_stream_kernel would leave most row slots idle and run G groups in
 // a chain per thread (16 load round trips at G = 64). Here the block's RS = pow2(M) rows
 // share its 32 slots with Z <= 32 / RS slices of G: thread (octet, slot = r * Z + z) sums
-// groups z, z + Z, ... of row r; the slices go through shared memory (one barrier) and
-// thread (r, column) adds them in order, then to its C element, which it loaded first.
+// groups z, z + Z, ... of row r; the slices go through shared memory (one barrier) and the
+// block's RS x 64 outputs are added in order, kSplitOuts per thread at RS = 16 (output o =
+// threadIdx.x + k * 256 is (row o / 64, column o % 64)), each to its C element, which the
+// thread loaded first.
+constexpr int kSplitMaxRows = 16;                                  // M <= 16 takes this kernel
+constexpr int kSplitOuts = kSplitMaxRows * kTileN / kFlatThreads;  // outputs per thread, at most
+static_assert(kSplitOuts * kFlatThreads == kSplitMaxRows * kTileN, "outputs split evenly");
+
 template <bool kHalfAccum>
 __global__ void __launch_bounds__(kFlatThreads)
 corr_stream_split_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
@@ -153,10 +160,17 @@ corr_stream_split_kernel(__half* __restrict__ C, const float* __restrict__ a_sum
   const int r = slot / Z, z = slot - r * Z;
   const int m = blockIdx.y * RS + r;
   const int n0 = blockIdx.x * kTileN + oct * 8;
-  const int rr = threadIdx.x / kTileN, col = threadIdx.x - rr * kTileN;  // the output it adds
-  const int mo = blockIdx.y * RS + rr, no = blockIdx.x * kTileN + col;
-  const bool out_live = rr < RS && mo < M && no < n_end;
-  const __half c_old = out_live ? C[static_cast<size_t>(mo) * N + no] : __float2half_rn(0.0f);
+  size_t out_at[kSplitOuts];            // the C element of each output it adds; SIZE_MAX: none
+  __half c_old[kSplitOuts];
+#pragma unroll
+  for (int k = 0; k < kSplitOuts; ++k) {
+    const int o = threadIdx.x + k * kFlatThreads;
+    const int rr = o / kTileN, col = o - rr * kTileN;
+    const int mo = blockIdx.y * RS + rr, no = blockIdx.x * kTileN + col;
+    const bool live = rr < RS && mo < M && no < n_end;
+    out_at[k] = live ? static_cast<size_t>(mo) * N + no : SIZE_MAX;
+    c_old[k] = live ? C[out_at[k]] : __float2half_rn(0.0f);
+  }
   float acc[8];
 #pragma unroll
   for (int c = 0; c < 8; ++c) acc[c] = 0.0f;
@@ -174,13 +188,18 @@ corr_stream_split_kernel(__half* __restrict__ C, const float* __restrict__ a_sum
   dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
   dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
   __syncthreads();
-  if (!out_live) return;
-  float sum = 0.0f;
-  for (int k = 0; k < Z; ++k) {
-    sum += s_red[(rr * Z + k) * kTileN + col];
-    if (kHalfAccum) sum = __half2float(__float2half_rn(sum));  // planted: the slices in fp16 too
+#pragma unroll
+  for (int k = 0; k < kSplitOuts; ++k) {
+    if (out_at[k] == SIZE_MAX) continue;
+    const int o = threadIdx.x + k * kFlatThreads;
+    const int rr = o / kTileN, col = o - rr * kTileN;
+    float sum = 0.0f;
+    for (int z = 0; z < Z; ++z) {
+      sum += s_red[(rr * Z + z) * kTileN + col];
+      if (kHalfAccum) sum = __half2float(__float2half_rn(sum));  // planted: the slices in fp16 too
+    }
+    C[out_at[k]] = __float2half_rn(__half2float(c_old[k]) + sum);
   }
-  C[static_cast<size_t>(mo) * N + no] = __float2half_rn(__half2float(c_old) + sum);
 }
 
 inline int pow2_at_least(int x) {
@@ -241,7 +260,7 @@ cudaError_t launch_stream(const CorrectionProblem& p, const float* a_sum, cudaSt
   // flag bit 1 (planted): leave the last 128-column tile untouched, as the others do
   const int n_end = (p.flags & kFlagSkipLastNTile) ? ((p.N - 1) / 128) * 128 : p.N;
   const bool half = (p.flags & kFlagHalfAccum) != 0;
-  if (p.M <= 16) {
+  if (p.M <= kSplitMaxRows) {
     const int RS = pow2_at_least(p.M);
     const int Z = std::min(kStreamSlots / RS, pow2_at_least(p.G));
     const dim3 grid(static_cast<unsigned>((p.N + kTileN - 1) / kTileN),
