@@ -87,6 +87,8 @@ class RunContext:
     commit: str = ""
     arch: str = ""
     device_name: str = ""
+    gpu_index: int = -1            # the host's CUDA index of the device (-1: CPU)
+    gpu_uuid: str = ""             # its uuid (a CPU stand-in of a sharded run: "cpu:<i>")
     ceilings: Ceilings | None = None
     registry: PathRegistry = field(default_factory=lambda: PATHS)
     dispatch_settings: dispatch.DispatchSettings | None = None   # None: env / API toggle
@@ -124,9 +126,11 @@ def dispatch_decision(case: GemmCase, device: torch.device,
 class Runner:
     """Runs a list of cases through paths and modes; see the module docstring."""
 
-    def __init__(self, ctx: RunContext, writer=None, progress: bool = False) -> None:
+    def __init__(self, ctx: RunContext, writer=None, progress: bool = False,
+                 skip: frozenset = frozenset()) -> None:
         self.ctx = ctx
         self.writer = writer
+        self.skip = frozenset(skip)               # keys done elsewhere (a sharded run's resume)
         self.progress = progress
         self.rows: list[ResultRow] = []
         self._fresh = None
@@ -142,7 +146,8 @@ class Runner:
 
     # -- bookkeeping -----------------------------------------------------------------
     def _done(self) -> frozenset:
-        return getattr(self.writer, "done_keys", frozenset()) if self.writer else frozenset()
+        done = getattr(self.writer, "done_keys", frozenset()) if self.writer else frozenset()
+        return frozenset(done) | self.skip
 
     def _emit(self, row: ResultRow) -> None:
         if self.writer is not None:
@@ -159,8 +164,19 @@ class Runner:
             matrix=ctx.matrix, case_id=case.id, path=path.name, mode=mode, M=case.M, N=case.N,
             K=case.K, group_size=case.group_size, seed=case.seed, kind=case.kind,
             tags=";".join(case.tags), role=path.role, implementation=impl, arch=ctx.arch,
-            device_name=ctx.device_name, commit=ctx.commit,
+            device_name=ctx.device_name, gpu_index=ctx.gpu_index, gpu_uuid=ctx.gpu_uuid,
+            commit=ctx.commit,
         )
+
+    def error_rows(self, case: GemmCase, path_names: Sequence[str] | None,
+                   reason: str) -> list[ResultRow]:
+        """An ``error`` row saying ``reason`` for every (path, mode) of ``case`` not done:
+        what a sharded run records for a case whose workers died (nothing measured)."""
+        paths = paths_for_case(case, self.ctx.registry.select(
+            list(path_names) if path_names else None))
+        done = self._done()
+        return [replace(self._base_row(case, p, m), status="error", error=reason)
+                for p in paths for m in self.ctx.modes if (case.id, p.name, m) not in done]
 
     def _note(self, case: GemmCase, path: str, mode: str, text: str) -> None:
         if text:

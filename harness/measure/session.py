@@ -23,7 +23,7 @@ from harness.kernels.swiglu_pair import paths_for_case
 from harness.results.environment import Environment, measured_settings
 from harness.results.schema import ResultRow
 from harness.results.store import RunMeta, read_meta, run_dir, write_meta
-from harness.results.writer import RowWriter
+from harness.results.writer import RowWriter, resume_difference
 
 from .ceilings import measure_ceilings
 from .envinfo import environment, git_commit
@@ -47,6 +47,11 @@ class BenchSession:
     table: bool = True            # print the short table after each matrix
     extra: dict = field(default_factory=dict)
     echo: object = print
+    #: the device's host CUDA index when it differs from ``device.index`` (a worker pinned by
+    #: CUDA_VISIBLE_DEVICES sees its GPU as 0); None: ``device.index`` (-1 on a CPU)
+    host_index: int | None = None
+    #: a CPU stand-in device of a sharded run: its rows say ``gpu_uuid`` "cpu:<index>"
+    stand_in: bool = False
 
     def __post_init__(self) -> None:
         self.commit = git_commit()
@@ -58,6 +63,10 @@ class BenchSession:
                   f"{self.commit}; ceilings: copy {c.copy_gbps:.0f} GB/s, {c.gemm_dtype} GEMM "
                   f"{c.gemm_n}^3 {c.gemm_tflops:.1f} TFLOP/s ({c.timer}, median of "
                   f"{len(c.gemm_samples_us)})")
+        index = self.device.index if self.device.type == "cuda" else -1
+        self.gpu_index = index if self.host_index is None else self.host_index
+        self.gpu_uuid = (f"cpu:{self.gpu_index}" if self.stand_in
+                         else str(self.env.get("gpu_uuid") or ""))
         self.rows: dict[tuple[str, str], list[ResultRow]] = {}
         self.cases: dict[str, list] = {}
 
@@ -77,7 +86,13 @@ class BenchSession:
     def context(self, matrix: str) -> RunContext:
         return RunContext(matrix=matrix, device=self.device, settings=self.settings,
                           modes=self.modes, commit=self.commit, arch=self.arch,
-                          device_name=self.env.get("gpu_name") or "cpu", ceilings=self.ceilings)
+                          device_name=self.env.get("gpu_name") or "cpu", ceilings=self.ceilings,
+                          gpu_index=self.gpu_index, gpu_uuid=self.gpu_uuid)
+
+    def runner(self, ctx: RunContext, skip: frozenset = frozenset()) -> Runner:
+        """A ``Runner`` of this session's context ``ctx`` that writes nothing and leaves out
+        the keys in ``skip`` (a sharded run's worker: the parent writes its rows)."""
+        return Runner(ctx, skip=skip)
 
     def measure(self, matrix: str, cases: list, suffix: str = "") -> Path:
         """Measure ``cases`` into ``<run dir><suffix>/<matrix>.csv``; returns the CSV path."""
@@ -178,28 +193,6 @@ def _source_path(registry, case, name: str) -> str:
         if any(p.name == name for p in paths_for_case(case, [path])):
             return path.name
     return name
-
-
-#: What a resumed run must share with the stored one (the json's extra keys), besides the
-#: matrix and every setting: rows measured otherwise would be mixed into one CSV.
-RESUME_KEYS = ("modes", "paths", "filter", "plugins", "cpu_threads")
-
-
-def resume_difference(stored: RunMeta, now: RunMeta) -> str | None:
-    """None when ``now`` may continue ``stored``; else what differs, in words."""
-    if stored.matrix != now.matrix:
-        return f"matrix {stored.matrix}, now {now.matrix}"
-    old, new = dict(stored.settings), dict(now.settings)
-    for key in ["preset", *sorted(set(old) | set(new))]:
-        if key in ("source", "overrides"):
-            continue
-        if key in old and key in new and old[key] != new[key]:
-            return f"setting {key} = {old[key]}, now {new[key]}"
-    for key in RESUME_KEYS:
-        a, b = stored.extra.get(key), now.extra.get(key)
-        if a is not None and b is not None and a != b:
-            return f"{key} {a}, now {b}"
-    return None
 
 
 def aa_summary(rel_deltas: list[float]) -> str:

@@ -9,11 +9,13 @@ Versions: 2 added the run-to-run determinism columns (``accuracy_runs``,
 ``distinct_outputs``, ``worst_*``, ``nondeterminism_note``); 3 added the scale-aware ULP
 columns ``rms_ulp_p99`` and ``rms_ulp_max`` (``harness.measure.accuracy``); 4 added
 ``dispatch_marlin`` (whether the path the dispatcher chose runs Marlin, recorded from that
-path's ``GemmPath.is_marlin``). Rows of older versions still read: the columns added since
-take the values in ``ADDED_IN_2`` / ``ADDED_IN_3`` / ``ADDED_IN_4`` (``accuracy_runs`` 0 =
-not measured, the rms ULPs NaN = not measured, which the gate does not compare,
-``dispatch_marlin`` empty = not recorded, where the gate falls back to the path name) and
-the row is upgraded to the current version in memory.
+path's ``GemmPath.is_marlin``); 5 added ``gpu_index`` and ``gpu_uuid``, the device that
+measured the row (``harness bench --gpus`` spreads a matrix over several). Rows of older
+versions still read: the columns added since take the values in ``ADDED_IN_2`` to
+``ADDED_IN_5`` (``accuracy_runs`` 0 = not measured, the rms ULPs NaN = not measured, which
+the gate does not compare, ``dispatch_marlin`` empty = not recorded, where the gate falls
+back to the path name, ``gpu_index`` -1 and ``gpu_uuid`` empty = not recorded) and the row
+is upgraded to the current version in memory.
 
 Status values: ``ok`` (timed and checked), ``error`` (the path raised or returned a
 non-zero code; ``error`` says why), ``unavailable`` (the path cannot run here;
@@ -26,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-RESULT_SCHEMA_VERSION = 4
+RESULT_SCHEMA_VERSION = 5
 #: columns added in schema 2, with the value a version-1 row reads as
 ADDED_IN_2: dict[str, object] = {
     "accuracy_runs": 0, "distinct_outputs": 0, "worst_rel_err": math.nan,
@@ -36,7 +38,9 @@ ADDED_IN_2: dict[str, object] = {
 ADDED_IN_3: dict[str, object] = {"rms_ulp_p99": math.nan, "rms_ulp_max": math.nan}
 #: columns added in schema 4, with the value a version-1 to -3 row reads as
 ADDED_IN_4: dict[str, object] = {"dispatch_marlin": None}
-SUPPORTED_VERSIONS = (1, 2, 3, 4)
+#: columns added in schema 5, with the value a version-1 to -4 row reads as
+ADDED_IN_5: dict[str, object] = {"gpu_index": -1, "gpu_uuid": ""}
+SUPPORTED_VERSIONS = (1, 2, 3, 4, 5)
 STATUSES = ("ok", "error", "unavailable", "rejected")
 MODES = ("cold", "graph", "cpu", "model")
 #: A row's identity across runs: (case_id, path, mode).
@@ -65,6 +69,10 @@ class ResultRow:
     implementation: str = ""
     arch: str = ""
     device_name: str = ""
+    # the device that measured the row: host CUDA index (-1: a CPU run, or not recorded)
+    # and uuid; a CPU worker of a sharded run is a stand-in device, uuid "cpu:<index>"
+    gpu_index: int = -1
+    gpu_uuid: str = ""
     commit: str = ""
     status: str = "ok"
     error: str = ""
@@ -153,7 +161,9 @@ class ResultRow:
         if version <= 2:
             d = {**ADDED_IN_3, **d}
         if version <= 3:
-            d = {**ADDED_IN_4, **d, "schema_version": RESULT_SCHEMA_VERSION}
+            d = {**ADDED_IN_4, **d}
+        if version <= 4:
+            d = {**ADDED_IN_5, **d, "schema_version": RESULT_SCHEMA_VERSION}
         kwargs = {}
         for f in fields(cls):
             if f.name not in d:
@@ -206,5 +216,5 @@ def column_names() -> list[str]:
 def required_columns() -> list[str]:
     """Columns every result CSV must have (older files lack the ``ADDED_IN_*`` ones; a row
     of a version that has them must carry them, which ``ResultRow.from_dict`` checks)."""
-    added = {**ADDED_IN_2, **ADDED_IN_3, **ADDED_IN_4}
+    added = {**ADDED_IN_2, **ADDED_IN_3, **ADDED_IN_4, **ADDED_IN_5}
     return [c for c in column_names() if c not in added]

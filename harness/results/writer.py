@@ -206,6 +206,28 @@ class RowWriter:
         self._sync()
         self._done.add(row.key)
 
+    def reorder(self, sort_key) -> None:
+        """Rewrite the file with its rows sorted by ``sort_key(row)`` (stable: rows of one
+        key keep their file order), atomically (a temporary file fsynced, then renamed),
+        and keep appending. A sharded run writes rows as its devices finish them and puts
+        them in the single-device order (the matrix's case order) at the end."""
+        if self._writer is None:
+            raise RuntimeError(f"RowWriter for {self.path} is not open")
+        self._sync()
+        rows = parse_csv_text(self.path.read_text(encoding="utf-8"), str(self.path))
+        rows.sort(key=sort_key)
+        tmp = self.path.with_name(f".{self.path.name}.reorder")
+        with open(tmp, "w", encoding="utf-8", newline="") as fh:
+            out = csv.writer(fh, lineterminator="\n")
+            out.writerow(column_names())
+            out.writerows(row_cells(r) for r in rows)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._fh.close()
+        os.replace(tmp, self.path)
+        self._fh = open(self.path, "a", encoding="utf-8", newline="")
+        self._writer = csv.writer(self._fh, lineterminator="\n")
+
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
@@ -217,3 +239,25 @@ class RowWriter:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: What a resumed run must share with the stored one (the json's extra keys), besides the
+#: matrix and every setting: rows measured otherwise would be mixed into one CSV.
+RESUME_KEYS = ("modes", "paths", "filter", "plugins", "cpu_threads")
+
+
+def resume_difference(stored: RunMeta, now: RunMeta) -> str | None:
+    """None when ``now`` may continue ``stored``; else what differs, in words."""
+    if stored.matrix != now.matrix:
+        return f"matrix {stored.matrix}, now {now.matrix}"
+    old, new = dict(stored.settings), dict(now.settings)
+    for key in ["preset", *sorted(set(old) | set(new))]:
+        if key in ("source", "overrides"):
+            continue
+        if key in old and key in new and old[key] != new[key]:
+            return f"setting {key} = {old[key]}, now {new[key]}"
+    for key in RESUME_KEYS:
+        a, b = stored.extra.get(key), now.extra.get(key)
+        if a is not None and b is not None and a != b:
+            return f"{key} {a}, now {b}"
+    return None

@@ -29,7 +29,7 @@ from harness.kernels.marlin.variants import VARIANTS
 from harness.kernels.swiglu_pair import FUSED_NAME, paths_for_case
 from harness.reports.gate import Verdict, evaluate
 from harness.reports.synthetic import make_rows
-from harness.results.schema import ResultRow
+from harness.results.schema import RESULT_SCHEMA_VERSION, ResultRow
 from harness.results.store import read_rows, rows_to_csv_text
 
 KERNELS = Path(registry_load.__file__).resolve().parent
@@ -150,7 +150,7 @@ def test_dispatch_marlin_round_trips_and_old_files_read_it_as_unknown(tmp_path):
     path.write_text(buf.getvalue())
     got = read_rows(path)
     assert [r.dispatch_marlin for r in got] == [None] * 3
-    assert all(r.schema_version == 4 for r in got)
+    assert all(r.schema_version == RESULT_SCHEMA_VERSION for r in got)   # upgraded in memory
     assert all(isinstance(r, ResultRow) and not math.isnan(r.rel_err) for r in got)
 
 

@@ -433,7 +433,7 @@ def test_a_schema_2_csv_reads_with_the_rms_ulp_columns_unmeasured(tmp_path, rows
     reads them as NaN, which the gate does not compare (LESS_ACCURATE then rests on rel_err)."""
     from harness.results.schema import ADDED_IN_3, RESULT_SCHEMA_VERSION
 
-    assert RESULT_SCHEMA_VERSION == 4 and set(ADDED_IN_3) == {"rms_ulp_p99", "rms_ulp_max"}
+    assert RESULT_SCHEMA_VERSION == 5 and set(ADDED_IN_3) == {"rms_ulp_p99", "rms_ulp_max"}
     text = rows_to_csv_text(rows)
     for column in ADDED_IN_3:
         text = _edit_csv(text, column, None)
@@ -475,3 +475,27 @@ def test_the_committed_baselines_still_read_and_gate_against_themselves():
         result = evaluate(got, got, S)
         assert not result.of(Verdict.LESS_ACCURATE), csv_path.name
         assert not result.of(Verdict.WORSE_ACCURACY), csv_path.name
+
+
+def test_a_schema_4_csv_reads_with_the_device_columns_not_recorded(tmp_path, rows):
+    """Schema 5 added gpu_index / gpu_uuid (the device that measured a row); a schema-4 CSV
+    (the committed baselines) reads them as -1 and empty, and a schema-5 file must have them."""
+    from harness.results.schema import ADDED_IN_5, RESULT_SCHEMA_VERSION
+
+    assert RESULT_SCHEMA_VERSION == 5 and set(ADDED_IN_5) == {"gpu_index", "gpu_uuid"}
+    text = rows_to_csv_text([replace(r, gpu_index=3, gpu_uuid="GPU-x") for r in rows])
+    for column in ADDED_IN_5:
+        text = _edit_csv(text, column, None)
+    path = tmp_path / "v5-missing.csv"
+    path.write_text(text)
+    with pytest.raises(SchemaError, match="missing column 'gpu_index'"):
+        read_rows(path)
+    table = list(csv.reader(io.StringIO(text)))
+    v = table[0].index("schema_version")
+    table = [table[0]] + [[("4" if i == v else c) for i, c in enumerate(r)] for r in table[1:]]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(table)
+    path.write_text(buf.getvalue())
+    old = read_rows(path)
+    assert len(old) == len(rows) and all(r.schema_version == RESULT_SCHEMA_VERSION for r in old)
+    assert {(r.gpu_index, r.gpu_uuid) for r in old} == {(-1, "")}
