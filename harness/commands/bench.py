@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import os
-import runpy
 import signal
 import sys
 import threading
@@ -29,8 +27,11 @@ from pathlib import Path
 from ..cases import MATRICES
 from ..config import load_settings, parse_overrides
 from ..errors import EXIT_WRONG_RUNNER, worst_exit
+from ..reports.devices import device_spread_lines
 from ..results.environment import STRICT_ENV_HELP
+from . import bench_shard
 from .common import gate_against_baseline, plain
+from .plugins import load_plugins
 
 ARCH_HELP = "expected GPU arch, e.g. sm90; on a different GPU: skip (exit 0) unless --force"
 
@@ -71,6 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(also $HARNESS_CI=1): a CI job on the wrong runner must not pass")
     p.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
                    help="load extra or wrapped paths from a Python file or module (repeatable)")
+    p.add_argument("--gpus", default=None, metavar="all|0,1,3",
+                   help="spread the cases over these GPUs of the host, one worker process each "
+                        "(one result, rows name their GPU); on a CPU, N stand-in workers")
     p.set_defaults(func=run)
 
 
@@ -109,35 +113,6 @@ def _modes(args, device) -> tuple[str, ...]:
             raise ValueError(f"--mode {m!r} is not available on {device.type} (choose from "
                              f"{', '.join(allowed)})")
     return tuple(dict.fromkeys(modes))
-
-
-#: The namespaces of the plugin files this process ran (see ``load_plugins``).
-_PLUGIN_NAMESPACES: list[dict] = []
-
-
-def load_plugins(specs: list[str], load_all) -> list[str]:
-    """Run each ``--plugin``: a Python file (``path/to/file.py``) or an importable module
-    name, after the built-in paths are registered (``load_all()``). A plugin registers
-    paths of its own (``PATHS.register``) or wraps existing ones (the test suite's planted
-    defects do); the run's json lists the plugins, so a changed path never passes
-    unnoticed."""
-    load_all()
-    done = []
-    for spec in specs:
-        if spec.endswith(".py"):
-            if not Path(spec).is_file():
-                raise ValueError(f"--plugin: no such file {spec}")
-            # keep the plugin's namespace alive for the whole process: a plugin may hold
-            # what it planted in a module global (a context manager whose exit undoes it)
-            _PLUGIN_NAMESPACES.append(
-                runpy.run_path(spec, run_name=f"harness_plugin_{Path(spec).stem}"))
-        else:
-            try:
-                importlib.import_module(spec)
-            except ModuleNotFoundError as exc:
-                raise ValueError(f"--plugin: cannot import {spec!r} ({exc})") from None
-        done.append(spec)
-    return done
 
 
 def _load_paths(registry, names: list[str]) -> list[str]:
@@ -204,6 +179,12 @@ def run(args: argparse.Namespace) -> int:
     paths = _load_paths(base.PATHS, _split(args.paths))
     if device.type == "cpu":
         torch.set_num_threads(max(1, args.cpu_threads))
+    if args.gpus:
+        visible = torch.cuda.device_count() if cuda else 0
+        return _run_sharded(args, settings, modes, matrices, cases, paths, plugins,
+                            device=device, arch=actual, commit=envinfo.git_commit(),
+                            visible=visible, threads=torch.get_num_threads(),
+                            table=session.print_table)
     bench = session.BenchSession(
         device=device, arch=actual, settings=settings, modes=modes, paths=paths, out=Path(args.out),
         resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
@@ -227,8 +208,50 @@ def run(args: argparse.Namespace) -> int:
     return worst_exit(codes)
 
 
+def _run_sharded(args, settings, modes, matrices, cases, paths, plugins, *, device, arch,
+                 commit, visible: int, threads: int, table) -> int:
+    """``--gpus``: the matrices over several workers (``bench_shard``), then the gate;
+    the parent measures nothing (``visible``: the GPUs it sees; ``table``: the session's
+    ``print_table``)."""
+    if args.repeat > 1:
+        raise ValueError("--gpus with --repeat: not supported; run the repetitions one after "
+                         "another")
+    on_cpu = device.type == "cpu"
+    devices = bench_shard.parse_gpus(args.gpus, visible, on_cpu)
+    extra = {"filter": args.filter or "", "cpu_threads": threads, "plugins": plugins}
+    specs = [bench_shard.WorkerSpec(slot=i, device=d, cpu=on_cpu, settings=settings,
+                                    modes=modes, paths=tuple(paths), plugins=tuple(args.plugin),
+                                    cpu_threads=threads, extra=extra)
+             for i, d in enumerate(devices)]
+    shard = bench_shard.ShardedBench(
+        specs, commit=commit, arch=arch, settings=settings, modes=modes, paths=paths,
+        out=Path(args.out), resume=args.resume, overwrite=args.overwrite, extra=extra,
+        partial=bool(args.filter or args.paths or args.mode))
+    try:
+        with _terminate_cleanly(shard.run_dir()):
+            for matrix in matrices:
+                rows = shard.measure(matrix, cases[matrix])
+                table(rows, modes, paths, title=f"{matrix} on {arch} ({commit}), "
+                                                      f"{len(devices)} workers")
+        if args.no_compare:
+            return 0
+        codes = [gate_matrix(shard, m, args.baselines, strict_env=args.strict_env)
+                 for m in matrices]
+        for matrix in matrices:
+            for line in device_spread_lines(shard.rows[(matrix, "")], args.baselines, arch,
+                                            matrix, settings.min_effect):
+                print(line)
+        return worst_exit(codes)
+    except BaseException:
+        shard.close(abort=True)
+        raise
+    finally:
+        shard.close()
+
+
 def gate_matrix(bench, matrix: str, baselines: str | Path, strict_env: bool = False) -> int:
-    """Gate repetition 1 of ``matrix`` measured by ``bench`` (a ``BenchSession``) against
+    """Gate repetition 1 of ``matrix`` measured by ``bench`` (a ``BenchSession`` or a
+    ``bench_shard.ShardedBench``) against
     ``<baselines>/<arch>/``; AMBIGUOUS rows are measured again in the same session."""
     return gate_against_baseline(
         bench.rows[(matrix, "")], matrix, command="harness bench", run_dir=bench.run_dir(),

@@ -93,6 +93,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", default=None,
                    help="passed to harness bench: only these timing modes (e.g. graph, the "
                         "mode that gates on a GPU); the gate then judges those rows only")
+    p.add_argument("--gpus", default=None, metavar="all|0,1,3",
+                   help="passed to harness bench: its matrices spread over these GPUs, one "
+                        "worker each; ppl and the A/B confirmation run on one GPU")
     p.add_argument("--ab-confirm", action=argparse.BooleanOptionalAction, default=True,
                    help="re-judge SLOWER rows, and gated rows that moved beyond the "
                         "ab_screen setting, A/B on this machine against the baseline's "
@@ -210,6 +213,7 @@ def run(args: argparse.Namespace) -> int:
         argv += ["--no-progress"] if args.no_progress else []
         argv += ["--ci"] if args.ci else []
         argv += ["--mode", args.mode] if args.mode else []
+        argv += ["--gpus", args.gpus] if args.gpus else []
         for plugin in args.plugin:
             argv += ["--plugin", plugin]
         code, err = _run_step(argv)

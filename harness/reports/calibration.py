@@ -173,10 +173,13 @@ def run_identity(env, created: str = "") -> dict[str, str]:
     """How a baseline names a source run: commit, GPU uuid, host, boot id and date (never
     a local path)."""
     extra = getattr(env, "extra", {}) or {}
-    return {"commit": env.commit, "gpu": env.gpu_name,
-            "gpu_uuid": getattr(env, "gpu_uuid", "") or extra.get("gpu_uuid", ""),
-            "host": env.host, "boot_id": getattr(env, "boot_id", "") or extra.get("boot_id", ""),
-            "date": env.date or created, "machine": machine_label(env)}
+    ident = {"commit": env.commit, "gpu": env.gpu_name,
+             "gpu_uuid": getattr(env, "gpu_uuid", "") or extra.get("gpu_uuid", ""),
+             "host": env.host, "boot_id": getattr(env, "boot_id", "") or extra.get("boot_id", ""),
+             "date": env.date or created, "machine": machine_label(env)}
+    if extra.get("gpu_uuids"):           # a run sharded over several GPUs names them all
+        ident["gpu_uuids"] = extra["gpu_uuids"]
+    return ident
 
 
 def machines_of(envs: Sequence) -> list[str]:

@@ -95,7 +95,7 @@ def test_a_cpu_job_with_informational_slower_rows_passes(tmp_path, monkeypatch):
     its CPU-mode SLOWER rows are information, so the job passes (exit 0)."""
     from pathlib import Path
 
-    from harness.commands import bench as bench_command
+    from harness.commands import plugins as plugins_module
     from harness.kernels.base import PATHS
 
     out, bl = tmp_path / "r", tmp_path / "bl"
@@ -106,7 +106,7 @@ def test_a_cpu_job_with_informational_slower_rows_passes(tmp_path, monkeypatch):
     plugin = str(Path(__file__).resolve().parents[1] / "planted" / "slowdown_plugin.py")
     monkeypatch.setattr(PATHS, "_paths", dict(PATHS._paths))
     loaded: list[dict] = []
-    monkeypatch.setattr(bench_command, "_PLUGIN_NAMESPACES", loaded)
+    monkeypatch.setattr(plugins_module, "_PLUGIN_NAMESPACES", loaded)
     monkeypatch.setenv("HARNESS_PLANT_PATH", "native_int4")
     from harness.commands import job as job_command
     asked: list[tuple[str, object]] = []

@@ -65,12 +65,12 @@ def test_stored_confirmations_are_replayed_by_report_and_compare(tmp_path, capsy
 def test_cpu_bench_report_and_compare_agree_row_for_row(tmp_path, capsys, monkeypatch):
     """End to end on the CPU: a bench gated against a baseline, with a planted slowdown
     (so rows get confirmed), then report and compare of what it stored."""
-    from harness.commands import bench as bench_command
+    from harness.commands import plugins as plugins_module
     from harness.kernels.base import PATHS
 
     monkeypatch.setattr(PATHS, "_paths", dict(PATHS._paths))     # the plugin's swap stays here
     loaded: list[dict] = []
-    monkeypatch.setattr(bench_command, "_PLUGIN_NAMESPACES", loaded)
+    monkeypatch.setattr(plugins_module, "_PLUGIN_NAMESPACES", loaded)
     try:
         _bench_report_compare(tmp_path, capsys, monkeypatch, PATHS)
     finally:                                  # undo the plant while its registry is still here
