@@ -1,7 +1,7 @@
 """One line per gated matrix of a stored run, for the #16 acceptance table: its exit code,
 its failing verdicts, what the A/B confirmation did, and with ``--plant PATH`` how many of
-that path's rows in ``--mode`` (default graph) ended SLOWER and how many other rows fail;
-then, when the run has a ``job.json``, the job's exit code and where its time went.
+that path's rows in ``--mode`` (default graph) ended SLOWER and how many other rows fail
+(per GPU too, for a run spread over several by ``harness bench --gpus``); then, when the run has a ``job.json``, the job's exit code and where its time went.
 
     python scripts/acceptance_summary.py results/<commit>/sm90 [--plant fp16_cache]
 
@@ -12,6 +12,7 @@ stored, rewritten by the A/B step), so it runs anywhere the results were copied.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from collections import Counter
@@ -41,6 +42,7 @@ def summarize(run_dir: Path, plant: str | None, mode: str) -> list[str]:
             share = f"{caught / len(mine):.1%}" if mine else "n/a"
             line += (f"; planted {plant} ({mode}): {caught}/{len(mine)} SLOWER ({share}), "
                      f"{others} other failing row(s)")
+            line += _per_gpu(meta_path.with_suffix(".csv"), mine)
         lines.append(line)
     job_path = run_dir / "job.json"
     if lines and job_path.is_file():           # the job's exit code and where its time went
@@ -49,6 +51,24 @@ def summarize(run_dir: Path, plant: str | None, mode: str) -> list[str]:
         lines.append(f"{run_dir} job: exit {job.get('exit_code')}; " + ", ".join(
             f"{k} {v:.0f} s" for k, v in took.items() if isinstance(v, (int, float))))
     return lines
+
+
+def _per_gpu(csv_path: Path, verdicts: dict[str, str]) -> str:
+    """'; per GPU: <uuid>: caught/affected, ...' of the planted rows, where the run's rows
+    name several GPUs (a sharded run); '' otherwise."""
+    if not csv_path.is_file():
+        return ""
+    with open(csv_path, newline="", encoding="utf-8") as fh:
+        device = {f"{r['case_id']}|{r['path']}|{r['mode']}": r.get("gpu_uuid", "")
+                  for r in csv.DictReader(fh)}
+    per: dict[str, list[int]] = {}
+    for key, verdict in verdicts.items():
+        counts = per.setdefault(device.get(key, ""), [0, 0])
+        counts[0] += verdict == "SLOWER"
+        counts[1] += 1
+    if len(per) < 2:
+        return ""
+    return "; per GPU: " + ", ".join(f"{uuid or '?'}: {c}/{n}" for uuid, (c, n) in sorted(per.items()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -69,6 +69,19 @@ def parse_gpus(text: str, visible: int, on_cpu: bool) -> list[int]:
     return out
 
 
+def mixed_models(workers) -> str | None:
+    """Why the workers (their ``hello`` dicts) cannot make one run: GPUs of several models
+    (a run is gated against one model's baseline); None when they are one model."""
+    names = sorted({w["gpu_name"] for w in workers})
+    if len(names) < 2:
+        return None
+    listed = ", ".join(f"{name}: devices "
+                       + ",".join(str(w["gpu_index"]) for w in workers if w["gpu_name"] == name)
+                       for name in names)
+    return (f"--gpus: the devices are of different models ({listed}); a run is gated against "
+            "one model's baseline: list one model's GPUs")
+
+
 def case_cost(case) -> float:
     """Estimated cost of measuring ``case`` (any unit; only the order counts): its FLOPs,
     its bytes at 100 FLOP per byte, and a fixed part for the per-case set-up (data, fp64
@@ -114,11 +127,10 @@ class ShardedBench:
                 self._retire(slot)
         if not info:
             raise RuntimeError("--gpus: no worker started")
-        names = sorted({i["gpu_name"] for i in info.values()})
-        if len(names) > 1:
+        why = mixed_models(info.values())
+        if why:
             self.close()
-            raise ValueError(f"--gpus: the devices are of different models ({', '.join(names)}); "
-                             "a run is gated against one model's baseline: list one model's GPUs")
+            raise ValueError(why)
         for i in info.values():
             self.echo(f"harness bench: worker {i['slot']} on {i['gpu_name']} (device "
                       f"{i['gpu_index']}, {i['gpu_uuid'] or 'no uuid'}), pid {i['pid']}")

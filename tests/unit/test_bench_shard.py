@@ -21,10 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands.bench_shard import case_cost, parse_gpus
+from harness.commands.bench_shard import case_cost, mixed_models, parse_gpus
 from harness.reports.devices import device_spread
 from harness.results.schema import ResultRow, column_names
-from harness.results.store import RunMeta
+from harness.results.store import RunMeta, row_cells
 from harness.results.writer import RowWriter
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -181,6 +181,17 @@ def test_gpus_parser_names_what_is_wrong():
         parse_gpus("all", 0, on_cpu=True)
 
 
+def test_gpus_of_two_models_are_refused_naming_them():
+    workers = [{"gpu_name": "NVIDIA H200", "gpu_index": 0},
+               {"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_index": 1},
+               {"gpu_name": "NVIDIA H200", "gpu_index": 2}]
+    why = mixed_models(workers)
+    assert why == ("--gpus: the devices are of different models (NVIDIA H100 80GB HBM3: "
+                   "devices 1, NVIDIA H200: devices 0,2); a run is gated against one model's "
+                   "baseline: list one model's GPUs")
+    assert mixed_models([workers[0], workers[2]]) is None
+
+
 def test_cases_go_out_longest_first():
     class Case:
         def __init__(self, M, N, K):
@@ -283,3 +294,25 @@ def test_a_row_measured_again_goes_back_to_the_device_that_measured_it(tmp_path)
     device = {r.key: r.gpu_uuid for r in rows}
     assert all(r.gpu_uuid == device[r.key] and r.status == "ok" for r in again)
     assert any("worker 1 on cpu (device 1, cpu:1)" in line for line in said)
+
+
+def test_the_acceptance_summary_counts_planted_rows_per_gpu_of_a_sharded_run(tmp_path):
+    """scripts/acceptance_summary.py: 'caught on every GPU' is read per gpu_uuid."""
+    run = tmp_path / "sm90"
+    run.mkdir()
+    rows = [ResultRow(matrix="production", case_id=f"c{i}", path="fp16_cache", mode="graph",
+                      M=1, N=1, K=1, group_size=1, gpu_index=i % 2, gpu_uuid=f"GPU-{i % 2}")
+            for i in range(4)]
+    with open(run / "production.csv", "w", newline="") as fh:
+        out = csv.writer(fh, lineterminator="\n")
+        out.writerow(column_names())
+        out.writerows(row_cells(r) for r in rows)
+    verdicts = {"c0|fp16_cache|graph": "SLOWER", "c1|fp16_cache|graph": "SLOWER",
+                "c2|fp16_cache|graph": "SLOWER", "c3|fp16_cache|graph": "SAME"}
+    gate = {"verdicts": verdicts, "failing": {"SLOWER": 3}, "exit_code": 1}
+    (run / "production.json").write_text(json.dumps({"extra": {"gate": gate}}))
+    said = subprocess.run([sys.executable, str(ROOT / "scripts" / "acceptance_summary.py"),
+                           str(run), "--plant", "fp16_cache"], capture_output=True, text=True,
+                          check=True).stdout
+    assert "planted fp16_cache (graph): 3/4 SLOWER (75.0%), 0 other failing" in said
+    assert said.rstrip().endswith("per GPU: GPU-0: 2/2, GPU-1: 1/2"), said
