@@ -17,12 +17,12 @@
 #           kernels: `harness study kernels` warm and --cold-l2 (issue 21), CSVs under $OUT;
 #           gputests: pytest $GPU_TESTS; correction: `harness study correction` (issue 21)
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
-#   shard   issue 22 on whatever GPUs there are: tests/gpu/test_bench_shard_gpu.py (two
-#           workers sharing GPU 0 against one worker; one worker per GPU where there are
-#           several), then, on a host of several GPUs, production + parity and edges sharded
-#           (`--gpus all`, gated: the A/A against the single-GPU baselines), the same on GPU 0
-#           alone (the wall-time reference) and the planted 5% job sharded (graph mode, its
-#           A/B on one GPU: needs FROM_BUNDLE; rows name their gpu_uuid), under shard*/
+#   shard   issue 22, all four of: shardtest (tests/gpu/test_bench_shard_gpu.py: two workers
+#           sharing GPU 0 against one worker; one worker per GPU where there are several),
+#           and on a host of several GPUs: shardaa (production + parity + edges over
+#           `--gpus all`, gated: the A/A against the single-GPU baselines), shardone (the same
+#           on GPU 0 alone: the wall-time reference) and shardplanted (the planted 5% job
+#           over `--gpus all`, graph mode, its A/B on one GPU: needs FROM_BUNDLE), under shard*/
 #   plantedjob  `harness job --steps gemm --mode graph` (the gating mode) with the planted
 #           slowdown (PLANT) and $JOB_ARGS,
 #           results under plantedjob/ (the job's A/B confirmation, on by default, measures
@@ -111,17 +111,20 @@ fi
 [[ $steps == *" bisect "* ]] && step bisect bash scripts/bisect_acceptance.sh "$res/bisect"
 [[ $steps == *" kernels "* ]] && step kernels python3 -m harness study kernels --out "$out/$tag-kernels.csv" \
   && step kernels-cold python3 -m harness study kernels --cold-l2 --out "$out/$tag-kernels-cold.csv"
-if [[ $steps == *" shard "* ]]; then
-  step shardtest python3 -m pytest -v -p no:cacheprovider tests/gpu/test_bench_shard_gpu.py
-  if [ "$(python3 -c 'import torch; print(torch.cuda.device_count())')" -gt 1 ]; then
-    step shardaa python3 -m harness bench --arch sm90 --matrix production,parity,edges --gpus all \
-      --out "$res/shard" --no-progress
-    step shardone python3 -m harness bench --arch sm90 --matrix production,parity,edges --out "$res/shard1" \
-      --no-progress --no-compare
-    step shardplanted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness job --arch sm90 \
-      --steps gemm --mode graph --gpus all --out "$res/shardplanted" --no-progress \
-      --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-}
-  fi
+# shard (issue 22): shardtest, shardaa, shardone and shardplanted, each also by its own name
+# (the four together may not fit one 600-s call); the last three need several GPUs
+want() { [[ $steps == *" $1 "* || $steps == *" shard "* ]]; }
+gpus=0
+[[ $steps == *" shard"* ]] && gpus=$(python3 -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
+want shardtest && step shardtest python3 -m pytest -v -p no:cacheprovider tests/gpu/test_bench_shard_gpu.py
+if [ "$gpus" -gt 1 ]; then
+  want shardaa && step shardaa python3 -m harness bench --arch sm90 --matrix production,parity,edges \
+    --gpus all --out "$res/shard" --no-progress
+  want shardone && step shardone python3 -m harness bench --arch sm90 --matrix production,parity,edges \
+    --out "$res/shard1" --no-progress --no-compare
+  want shardplanted && step shardplanted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
+    python3 -m harness job --arch sm90 --steps gemm --mode graph --gpus all --out "$res/shardplanted" \
+    --no-progress --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-}
 fi
 # gputests: chosen GPU tests (GPU_TESTS, pytest arguments; default the correction variants')
 [[ $steps == *" gputests "* ]] && step gputests python3 -m pytest -q -p no:cacheprovider \
