@@ -105,7 +105,7 @@ def lint(session: nox.Session) -> None:
     """ruff, then the layer contracts of pyproject.toml's [tool.importlinter] (lint-imports
     reads the package from this directory: no project install, no torch needed)."""
     session.install("ruff>=0.6", "import-linter>=2.1")
-    session.run("ruff", "check", "harness", "tests", "noxfile.py")
+    session.run("ruff", "check", "harness", "tests", "scripts", "noxfile.py")
     session.run("lint-imports")
 
 

@@ -1,7 +1,8 @@
 """One line per gated matrix of a stored run, for the #16 acceptance table: its exit code,
 its failing verdicts, what the A/B confirmation did, and with ``--plant PATH`` how many of
 that path's rows in ``--mode`` (default graph) ended SLOWER and how many other rows fail
-(per GPU too, for a run spread over several by ``harness bench --gpus``); then, when the run has a ``job.json``, the job's exit code and where its time went.
+(per GPU too, for a run spread over several by ``harness bench --gpus``); then, when the
+run has a ``job.json``, the job's exit code and where its time went.
 
     python scripts/acceptance_summary.py results/<commit>/sm90 [--plant fp16_cache]
 
@@ -68,7 +69,8 @@ def _per_gpu(csv_path: Path, verdicts: dict[str, str]) -> str:
         counts[1] += 1
     if len(per) < 2:
         return ""
-    return "; per GPU: " + ", ".join(f"{uuid or '?'}: {c}/{n}" for uuid, (c, n) in sorted(per.items()))
+    return "; per GPU: " + ", ".join(f"{uuid or '?'}: {c}/{n}"
+                                     for uuid, (c, n) in sorted(per.items()))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from ..config import Settings
 from ..errors import EXIT_ERROR, one_line, worst_exit
 from ..reports.ab_confirm import apply_ab, record_for
+from ..reports.devices import device_spread_lines
 from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import agreement, stored_partial
 from ..reports.markdown import text_table
@@ -160,6 +161,12 @@ def run(args: argparse.Namespace) -> int:
     same = agreement(result, stored.metas) if args.baseline else None
     if same:
         print(f"harness report: {same}")
+    if args.baseline:               # a run spread over several GPUs: one slower than the rest?
+        for matrix in stored.matrices:
+            for line in device_spread_lines(list(stored.rows), args.baseline,
+                                            args.arch or stored.environment.arch, matrix,
+                                            settings.min_effect, command="harness report"):
+                print(line)
     print(f"wrote {files.csv}, {files.html}, {files.markdown}")
     for matrix, why in gated.refused:
         print(f"harness report: not gated: {matrix}: {why}", file=sys.stderr)

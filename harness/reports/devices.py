@@ -53,18 +53,19 @@ def device_spread(rows: list[ResultRow], baseline: list[ResultRow],
 
 
 def device_spread_lines(rows: list[ResultRow], baselines: str | Path, arch: str, matrix: str,
-                        min_effect: float) -> list[str]:
-    """The lines ``harness bench --gpus`` prints after its gate (none for a run on one
-    device, or without a baseline of ``matrix``)."""
+                        min_effect: float, command: str = "harness bench") -> list[str]:
+    """The lines ``harness bench --gpus`` prints after its gate, and ``harness report`` of
+    its stored run (none for a run on one device, or without a baseline of ``matrix``)."""
+    rows = [r for r in rows if r.matrix == matrix]
     if len({(r.gpu_index, r.gpu_uuid) for r in rows}) < 2:
         return []
     path = baseline_dir(Path(baselines), arch) / f"{matrix}.csv"
     if not path.is_file():
-        return [f"harness bench: {matrix}: no baseline, so the devices are not compared"]
+        return [f"{command}: {matrix}: no baseline, so the devices are not compared"]
     lines = []
     for d in device_spread(rows, read_rows(path), min_effect):
         tail = (f"SLOW: {d.median_ratio / d.siblings_ratio - 1:+.1%} against its siblings "
                 "(check this GPU: clocks, power, temperature)" if d.slow else "ok")
-        lines.append(f"harness bench: {matrix} device {d.gpu_index} ({d.gpu_uuid}): {d.rows} "
+        lines.append(f"{command}: {matrix} device {d.gpu_index} ({d.gpu_uuid}): {d.rows} "
                      f"rows, median x{d.median_ratio:.3f} of the baseline: {tail}")
     return lines

@@ -17,10 +17,13 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from fleet_runs import ENVS, gpu_rows, write_baseline, write_bench_run
 
+from harness.cli import main
 from harness.commands.bench_shard import case_cost, mixed_models, parse_gpus
 from harness.reports.devices import device_spread
 from harness.results.schema import ResultRow, column_names
@@ -316,3 +319,29 @@ def test_the_acceptance_summary_counts_planted_rows_per_gpu_of_a_sharded_run(tmp
                           check=True).stdout
     assert "planted fp16_cache (graph): 3/4 SLOWER (75.0%), 0 other failing" in said
     assert said.rstrip().endswith("per GPU: GPU-0: 2/2, GPU-1: 1/2"), said
+
+
+def test_report_of_a_sharded_run_names_the_gpu_slower_than_its_siblings(tmp_path, capsys):
+    """``harness report`` of a stored sharded run prints the bench's per-device lines: the
+    GPU whose rows read 8% over the baseline is SLOW, its siblings ok."""
+    base = gpu_rows("sm90", seed=1)
+    write_baseline(tmp_path, "sm90", base)
+    uuids = ("GPU-a", "GPU-b", "GPU-c")
+    cases = sorted({r.case_id for r in base})
+    run = []
+    for r in base:
+        i = cases.index(r.case_id) % 3
+        scale = 1.08 if i == 2 else 1.0
+        samples = ";".join(f"{float(t) * scale:.4f}" for t in r.samples_us.split(";") if t)
+        run.append(replace(r, gpu_index=i, gpu_uuid=uuids[i], samples_us=samples,
+                           time_us_median=r.time_us_median * scale))
+    run_dir = tmp_path / "run" / "sm90"
+    write_bench_run(run_dir, ENVS["sm90"], run, base)
+    capsys.readouterr()
+    main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines")])
+    said = capsys.readouterr().out
+    lines = [line for line in said.splitlines() if " device " in line]
+    assert len(lines) == 3, said
+    assert re.search(r"synthetic device 2 \(GPU-c\): \d+ rows, median x1\.0[78]\d of the "
+                     r"baseline: SLOW: \+[78]\.\d% against its siblings", lines[2]), lines
+    assert lines[0].endswith(": ok") and lines[1].endswith(": ok"), lines
