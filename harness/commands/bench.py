@@ -151,7 +151,7 @@ def _terminate_cleanly(where: Path):
 def run(args: argparse.Namespace) -> int:
     import torch  # heavy: only the measuring commands load torch
 
-    from harness.kernels import base, registry_load  # heavy: torch (the paths)
+    from harness.kernels import base, build, registry_load  # heavy: torch (the paths)
     from harness.measure import envinfo, session  # heavy: torch (the engine)
 
     on_cpu = wants_cpu(args)
@@ -181,6 +181,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(max(1, args.cpu_threads))
     if args.gpus:
         visible = torch.cuda.device_count() if cuda else 0
+        if cuda:     # built (or found) once here, so workers starting together never race
+            build.extension_unavailable_reason()      # to compile it; they load the cache
         return _run_sharded(args, settings, modes, matrices, cases, paths, plugins,
                             device=device, arch=actual, commit=envinfo.git_commit(),
                             visible=visible, threads=torch.get_num_threads(),
