@@ -27,7 +27,7 @@
 #           slowdown (PLANT) and $JOB_ARGS,
 #           results under plantedjob/ (the job's A/B confirmation, on by default, measures
 #           the flagged rows against the baseline's commit: needs FROM_BUNDLE)
-# NOX_ARGS / JOB_ARGS: extra arguments for the nox and job steps. Calibration runs (A/A
+# NOX_ARGS / JOB_ARGS / BENCH_ARGS: extra arguments for the nox, job and parity steps. Calibration runs (A/A
 # material for `harness baseline record`) want JOB_ARGS=--no-ab-confirm: against an old
 # baseline the A/B would only cost time.
 # FROM_BUNDLE=1 with .bundle/repo.bundle (`git bundle create .bundle/repo.bundle --all`,
@@ -77,8 +77,8 @@ step build python3 -c "from harness.kernels.build import extension, build_info; 
   ${JOB_ARGS:-} && tail -12 "$out/$tag-job.log"
 [[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress ${JOB_ARGS:-} \
   && tail -12 "$out/$tag-job2.log"
-[[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare
-[[ $steps == *" parity2 "* ]] && step parity2 python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa2" --no-progress --no-compare
+[[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare ${BENCH_ARGS:-}
+[[ $steps == *" parity2 "* ]] && step parity2 python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa2" --no-progress --no-compare ${BENCH_ARGS:-}
 [[ $steps == *" planted "* ]] && step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
   --matrix production --mode graph --out "$res/planted" --no-progress ${PLANT_ARGS:---no-compare} \
   --plugin tests/planted/slowdown_plugin.py
