@@ -244,11 +244,14 @@ class ShardedBench:
                 try:
                     result = fut.result()
                 except Exception as exc:
-                    self._case_lost(matrix, case, attempt, slot, exc, pending, losses, writer)
+                    busy = {s for s, _, _ in running.values()}
+                    self._case_lost(matrix, case, attempt, slot, exc, pending, losses, writer,
+                                    busy)
                     continue
                 self.deaths[slot] = 0
+                have = writer.done_keys
                 for row in result.rows:
-                    if row.key not in writer.done_keys:
+                    if row.key not in have:
                         writer.write(row)
                 notes.update(result.notes)
                 for stage, seconds in result.wall.items():
@@ -265,7 +268,8 @@ class ShardedBench:
                 return case, attempt, avoid
         return None
 
-    def _case_lost(self, matrix, case, attempt, slot, exc, pending, losses, writer) -> None:
+    def _case_lost(self, matrix, case, attempt, slot, exc, pending, losses, writer,
+                   busy: set) -> None:
         spec = self.specs[slot]
         died = isinstance(exc, BrokenProcessPool)
         what = f"the worker of device {spec.device} " + ("died" if died else "failed")
@@ -288,7 +292,8 @@ class ShardedBench:
         info = self.info.get(slot, {})
         device = (info.get("gpu_index", spec.device), info.get("gpu_uuid", ""))
         skip = frozenset(k for k in writer.done_keys if k[0] == case.id)
-        for other in self.execs.values():
+        # an idle worker writes them (a busy one would hold the sweep until its case ends)
+        for _, other in sorted(self.execs.items(), key=lambda item: item[0] in busy):
             try:
                 rows = other.submit(shard_worker.lost_rows, matrix, case, skip, reason,
                                     device).result()

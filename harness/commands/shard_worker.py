@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,7 +47,6 @@ class CaseResult:
     rows: tuple[ResultRow, ...]
     notes: dict
     wall: dict
-    seconds: float
 
 
 # ------------------------------------------------------------------------- the worker side
@@ -111,10 +109,8 @@ def measure_case(matrix: str, case, skip: frozenset) -> CaseResult:
     s = worker_session()
     ctx = s.context(matrix)
     runner = s.runner(ctx, skip)
-    t0 = time.perf_counter()
     rows = runner.run([case], list(_SPEC.paths))
-    return CaseResult(case.id, tuple(rows), dict(ctx.notes), dict(runner.wall),
-                      time.perf_counter() - t0)
+    return CaseResult(case.id, tuple(rows), dict(ctx.notes), dict(runner.wall))
 
 
 def lost_rows(matrix: str, case, skip: frozenset, reason: str, device: tuple[int, str]) -> list:
