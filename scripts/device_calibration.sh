@@ -54,29 +54,32 @@ export HARNESS_DATA_CACHE=${HARNESS_DATA_CACHE:-/tmp/harness-data}   # beside th
 # the dispatcher switches of `nox -s bench-sm90`, so every step measures what nox measures
 export TINYLOOP_USE_MARLIN=${TINYLOOP_USE_MARLIN:-1} HARNESS_MARLIN_SM90=${HARNESS_MARLIN_SM90:-1}
 if [ -d .whl ] && ! python3 -c "import optimum.quanto" 2>/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+  # the wheelhouse's own harness wheel stays out: the checkout measured is the code measured
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+    $(ls .whl/*.whl | grep -v '/int4_gemm_harness-')
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 fi
 res=/tmp/res-$tag
-mkdir -p "$res"
+logs=$res/logs   # packed with the results: a call returns at most 8 files
+mkdir -p "$res" "$logs"
 pack() { tar -C "$res" -czf "$out/$tag-results.tgz" . ; }
 step() {  # name, then the command
   local name=$1; shift
   local t1; t1=$(date +%s)
-  "$@" > "$out/$tag-$name.log" 2>&1
+  "$@" > "$logs/$tag-$name.log" 2>&1
   echo "$name rc=$? $(( $(date +%s) - t1 )) s" | tee -a "$out/$tag-times.txt"
   pack
 }
 steps=" ${STEPS:-nox parity planted} "
 step build python3 -c "from harness.kernels.build import extension, build_info; extension(); print(build_info())"
 [[ $steps == *" nox "* ]] && step nox python3 -m nox -s bench-sm90 -- --out "$res/aa" --no-progress ${NOX_ARGS:-} \
-  && tail -12 "$out/$tag-nox.log"
+  && tail -12 "$logs/$tag-nox.log"
 [[ $steps == *" job "* ]] && step job python3 -m harness job --arch sm90 --out "$res/aa" --no-progress \
-  ${JOB_ARGS:-} && tail -12 "$out/$tag-job.log"
+  ${JOB_ARGS:-} && tail -12 "$logs/$tag-job.log"
 [[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress ${JOB_ARGS:-} \
-  && tail -12 "$out/$tag-job2.log"
+  && tail -12 "$logs/$tag-job2.log"
 [[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare ${BENCH_ARGS:-}
 [[ $steps == *" parity2 "* ]] && step parity2 python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa2" --no-progress --no-compare ${BENCH_ARGS:-}
 [[ $steps == *" planted "* ]] && step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
@@ -93,9 +96,10 @@ if [[ $steps == *" report "* ]]; then
     [ -d "$d" ] || continue
     extra=(); [[ $d == */planted/* || $d == */plantedjob/* ]] && extra=(--partial)
     python3 -m harness report "$d" --baseline baselines "${extra[@]}" \
-      >> "$out/$tag-report.log" 2>&1
+      >> "$logs/$tag-report.log" 2>&1
     echo "report $d rc=$?" | tee -a "$out/$tag-times.txt"
   done
+  pack
 fi
 # summary: the acceptance table's lines (exit code, failing verdicts, A/B, planted share)
 if [[ $steps == *" summary "* ]]; then
@@ -132,4 +136,5 @@ fi
 # correction: `harness study correction` (issue 21's overhead table), its CSV under $OUT
 [[ $steps == *" correction "* ]] && step correction python3 -m harness study correction \
   --out "$out/$tag-correction" ${CORRECTION_ARGS:-}
+pack
 true
