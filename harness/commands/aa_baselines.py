@@ -25,6 +25,7 @@ from ..reports.calibration import (
 from ..reports.stats import median
 from ..results.baseline import (
     BaselineMeta,
+    baseline_settings,
     read_baseline_matrix,
     run_arch,
     run_settings,
@@ -130,8 +131,9 @@ def calibrate(
     with DirLock(directory):
         for matrix, runs in _by_matrix(all_runs).items():
             rows, meta = read_baseline_matrix(directory, matrix)
-            warnings = check_environment(meta.environment, _env(runs[0], matrix), meta.settings,
-                                         run_settings(runs[0], matrix), current="A/A runs")
+            warnings = check_environment(meta.environment, _env(runs[0], matrix),
+                                         baseline_settings(meta), run_settings(runs[0], matrix),
+                                         current="A/A runs")
             for line in warning_lines(f"harness baseline calibrate: {matrix}", warnings):
                 echo(line)
             spread = _spreads_for(runs, matrix, settings, coverage, prior_df)

@@ -30,6 +30,7 @@ from ..results.baseline import (
     Baseline,
     BaselineMeta,
     BaselineNotFoundError,
+    baseline_settings,
     load_baseline,
     read_baseline_matrix,
     run_arch,
@@ -203,7 +204,8 @@ def accept(
                 echo(f"{matrix}: previous baseline unreadable ({exc}); replacing it")
             else:
                 try:
-                    warnings = check_environment(old_meta.environment, env, old_meta.settings,
+                    warnings = check_environment(old_meta.environment, env,
+                                                 baseline_settings(old_meta),
                                                  run_settings(run, matrix),
                                                  what="previous baseline")
                 except IncompatibleBaselineError as exc:

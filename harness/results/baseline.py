@@ -151,6 +151,15 @@ def run_settings(run: Run, matrix: str | None = None) -> dict:
     return measured_settings(meta.settings, meta.extra) if meta is not None else {}
 
 
+def baseline_settings(meta: BaselineMeta) -> dict:
+    """A baseline matrix's settings as the policy compares them: ``measured_settings`` of
+    its stored settings (which hold its timing modes), so a key added after it was recorded
+    counts with its old value (``STORED_DEFAULTS``: a baseline without ``cold_min_samples``
+    sampled cold rows with ``min_samples``) and a mode it lacks drops that mode's settings."""
+    modes = meta.settings.get("modes")
+    return measured_settings(meta.settings, {"modes": modes} if modes else None)
+
+
 def check_baseline(
     base: Baseline, env: Environment, settings_of: Callable[[str], Mapping] | Mapping | None = None,
     *, strict: bool = False, what: str = "baseline",
@@ -163,8 +172,8 @@ def check_baseline(
     warnings: list[str] = []
     for name, meta in base.metas.items():
         cur = settings_of(name) if callable(settings_of) else settings_of
-        for w in check_environment(meta.environment, env, meta.settings, cur, strict=strict,
-                                   what=what):
+        for w in check_environment(meta.environment, env, baseline_settings(meta), cur,
+                                   strict=strict, what=what):
             if w not in warnings:
                 warnings.append(w)
     return warnings
@@ -181,8 +190,8 @@ def check_baseline_gate(
     timing: str | None = None
     for name, meta in base.metas.items():
         cur = settings_of(name) if callable(settings_of) else settings_of
-        check = check_gate_environment(meta.environment, env, meta.settings, cur, strict=strict,
-                                       what=what)
+        check = check_gate_environment(meta.environment, env, baseline_settings(meta), cur,
+                                       strict=strict, what=what)
         warnings += [w for w in check.warnings if w not in warnings]
         timing = timing or check.timing_reason
     return EnvCheck(tuple(warnings), timing)

@@ -16,7 +16,7 @@ from harness.commands.baseline import accept, calibrate
 from harness.commands.compare import compare
 from harness.config import load_settings
 from harness.reports.synthetic import make_rows, resample
-from harness.results.baseline import BaselineMeta, write_baseline_matrix
+from harness.results.baseline import BaselineMeta, baseline_settings, write_baseline_matrix
 from harness.results.environment import (
     ENV_NOTE_PREFIX,
     Environment,
@@ -438,3 +438,84 @@ def test_cold_sampling_budget_is_refused_where_cold_rows_are_compared_only():
     _refused("setting graph_idle_ratio differs", base_env=ENV, cur_env=ENV,
              base_settings=measured_settings(SETTINGS, both),
              cur_settings=measured_settings(idle, both))
+
+
+def _cold_graph_run(path, settings, modes=("cold", "graph")):
+    """A run of cold and graph rows (the same graph rows alone for a graph-only ``modes``:
+    ``make_rows`` draws per mode), recorded with the ``modes`` extra ``harness bench`` writes."""
+    rows = [r for r in make_rows(ms=(1, 16), peers=(), modes=("cold", "graph"))
+            if r.mode in modes]
+    write_run(path, rows, RunMeta(matrix="synthetic", commit=ENV.commit, arch=ENV.arch,
+                                  environment=ENV, settings=settings,
+                                  extra={"modes": list(modes)}))
+    return path
+
+
+def _accept_cold_graph(tmp_path, root, settings):
+    run = _cold_graph_run(tmp_path / f"acc-{root}", settings)
+    assert main(["baseline", "accept", str(run), "--root", str(tmp_path / root),
+                 "--yes"]) == 0
+    return tmp_path / root / "sm90" / "synthetic.json"
+
+
+def test_report_refuses_a_cold_sampling_budget_against_a_baseline_recorded_before_it(
+        tmp_path, capsys):
+    """The real gate path (``harness report`` -> ``check_baseline_gate``) reads a stored
+    baseline without ``cold_min_samples`` (recorded before the setting existed) as 0: a
+    cold+graph run measured with 10 is refused with one line naming the setting, not
+    silently gated against cold rows sampled another way."""
+    old = {k: v for k, v in SETTINGS.items() if k != "cold_min_samples"}
+    meta_path = _accept_cold_graph(tmp_path, "b", old)
+    meta = json.loads(meta_path.read_text())
+    # accept records the run's measured settings, defaults filled in; a baseline written
+    # before the setting existed has no key: make the stored file one
+    assert meta["settings"]["modes"] == ["cold", "graph"]
+    assert meta["settings"].pop("cold_min_samples") == 0
+    meta_path.write_text(json.dumps(meta))
+    assert "cold_min_samples" not in json.loads(meta_path.read_text())["settings"]
+    capsys.readouterr()
+    ten = _cold_graph_run(tmp_path / "ten", {**SETTINGS, "cold_min_samples": 10})
+    assert main(["report", str(ten), "--baseline", str(tmp_path / "b"),
+                 "--out", str(tmp_path / "rep")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    assert "setting cold_min_samples differs" in err, err
+    assert "baseline 0" in err and "this run 10" in err, err
+    assert not (tmp_path / "rep").exists()
+
+
+def test_report_gates_a_cold_sampling_budget_where_it_matches_or_no_cold_rows_are_compared(
+        tmp_path, capsys):
+    """A run of ``cold_min_samples`` 10 passes against a baseline recorded with 10, and a
+    graph-only run of 10 is not refused by a baseline recorded before the setting (no key,
+    read as 0): the setting is compared only where both sides have cold rows."""
+    ten = {**SETTINGS, "cold_min_samples": 10}
+    _accept_cold_graph(tmp_path, "b10", ten)
+    capsys.readouterr()
+    assert main(["report", str(_cold_graph_run(tmp_path / "ten", ten)), "--baseline",
+                 str(tmp_path / "b10"), "--out", str(tmp_path / "rep10")]) == 0, \
+        capsys.readouterr().err
+    assert "refusing" not in capsys.readouterr().err
+    old = {k: v for k, v in SETTINGS.items() if k != "cold_min_samples"}
+    meta_path = _accept_cold_graph(tmp_path, "b0", old)
+    meta = json.loads(meta_path.read_text())
+    del meta["settings"]["cold_min_samples"]          # as a file recorded before the setting
+    meta_path.write_text(json.dumps(meta))
+    capsys.readouterr()
+    graph = _cold_graph_run(tmp_path / "graph", ten, modes=("graph",))
+    assert main(["report", str(graph), "--baseline", str(tmp_path / "b0"), "--partial",
+                 "--out", str(tmp_path / "rep-graph")]) == 0, capsys.readouterr().err
+    assert "refusing" not in capsys.readouterr().err
+
+
+def test_baseline_settings_fill_stored_defaults_and_drop_settings_of_absent_modes():
+    """``baseline_settings`` reads a baseline's stored settings as ``measured_settings``
+    reads a run's: a key added after it was recorded counts with its old value
+    (``cold_min_samples`` 0), and a setting of a mode the baseline lacks is dropped."""
+    old = {k: v for k, v in SETTINGS.items() if k != "cold_min_samples"}
+    meta = BaselineMeta("synthetic", "sm90", ENV, rows_sha256="",
+                        settings={**old, "modes": ["cold", "graph"]})
+    assert baseline_settings(meta)["cold_min_samples"] == 0
+    graph = replace(meta, settings={**old, "modes": ["graph"]})
+    assert "cold_min_samples" not in baseline_settings(graph)
+    assert baseline_settings(graph)["graph_idle_ratio"] == SETTINGS["graph_idle_ratio"]
