@@ -214,7 +214,9 @@ def measured_settings(settings: Mapping | None, extra: Mapping | None = None) ->
     ``settings`` is ``Settings.to_dict()`` of the run (or a baseline's settings); from
     ``extra`` (``RunMeta.extra``: ``harness bench`` records ``modes`` and ``cpu_threads``)
     the timing modes are added when they are timing modes, and the CPU threads when one
-    of them is ``cpu`` (they do not change GPU timings).
+    of them is ``cpu`` (they do not change GPU timings). A setting of ``MODE_SETTINGS`` is
+    dropped when the recorded modes leave its mode out, also when they are not timing modes
+    (``harness ppl``'s scoring modes: its model timings read neither setting).
     """
     out = dict(settings or {})
     if out:                       # a settings record: an older one measured with the defaults
@@ -222,13 +224,16 @@ def measured_settings(settings: Mapping | None, extra: Mapping | None = None) ->
             out.setdefault(key, value)
     extra = extra or {}
     modes = extra.get("modes")
-    if isinstance(modes, (list, tuple)) and modes and all(str(m) in TIMING_MODES for m in modes):
-        out["modes"] = sorted(str(m) for m in modes)
-        if "cpu" in out["modes"] and _known(extra.get("cpu_threads")):
+    if not (isinstance(modes, (list, tuple)) and modes):
+        return out
+    names = sorted(str(m) for m in modes)
+    if all(m in TIMING_MODES for m in names):
+        out["modes"] = names
+        if "cpu" in names and _known(extra.get("cpu_threads")):
             out["cpu_threads"] = extra["cpu_threads"]
-        for key, mode in MODE_SETTINGS.items():
-            if mode not in out["modes"]:
-                out.pop(key, None)
+    for key, mode in MODE_SETTINGS.items():
+        if mode not in names:
+            out.pop(key, None)
     return out
 
 

@@ -519,3 +519,16 @@ def test_baseline_settings_fill_stored_defaults_and_drop_settings_of_absent_mode
     graph = replace(meta, settings={**old, "modes": ["graph"]})
     assert "cold_min_samples" not in baseline_settings(graph)
     assert baseline_settings(graph)["graph_idle_ratio"] == SETTINGS["graph_idle_ratio"]
+
+
+def test_scoring_modes_drop_the_timers_settings():
+    """``harness ppl`` records scoring modes (not timing modes): its forwards read neither
+    the cold sampling budget nor the graph duty cycle, so a ppl run of ``cold_min_samples``
+    10 is compared with a ppl baseline of 0 on its other settings only."""
+    ten = measured_settings({**SETTINGS, "cold_min_samples": 10}, {"modes": ["model"]})
+    assert "cold_min_samples" not in ten and "graph_idle_ratio" not in ten
+    assert "modes" not in ten and ten["min_samples"] == SETTINGS["min_samples"]
+    old = {k: v for k, v in SETTINGS.items() if k != "cold_min_samples"}
+    assert check_environment(ENV, ENV, measured_settings(old), ten) == []
+    _refused("setting min_samples differs", base_env=ENV, cur_env=ENV,
+             base_settings=measured_settings({**old, "min_samples": 20}), cur_settings=ten)
