@@ -107,8 +107,8 @@ class Settings:
     max_samples: int = _setting(
         2000, "samples after which sampling stops (at least min_samples)", low=3)
     cold_min_samples: int = _setting(
-        0, "cold mode's min_samples (at least 3); 0: min_samples. Cold rows are information "
-        "on a GPU; their sampling is most of the job's time (docs/measurement.md 9.2)",
+        10, "cold mode's min_samples (at least 3); 0: min_samples. Cold rows are information "
+        "on a GPU; their sampling was most of the job's time (docs/measurement.md 9.2)",
         stored_default=0)
     gate_eager_speed: int = _setting(
         0, "1: SLOWER in host-paced modes (cold, cpu, model) fails the gate; 0: reported",
@@ -234,7 +234,7 @@ PRESET_OVERRIDES: dict[str, dict[str, float | int]] = {
         "warmup_ms": 50.0, "max_case_seconds": 4.0, "target_rel_spread": 0.005,
         "min_samples": 50, "max_samples": 5000, "gate_eager_speed": 1, "accuracy_runs": 10,
         "fail_on_nondeterminism": 1, "rel_err_growth": 0.05, "rms_ulp_slack": 0.1,
-        "rms_ulp_growth": 0.05,
+        "rms_ulp_growth": 0.05, "cold_min_samples": 0,
     },
     "permissive": {
         "rel_err_gate": 2e-3, "min_effect": 0.08, "alpha": 0.001, "noise_margin_floor": 0.03,

@@ -183,8 +183,9 @@ def test_plan_copies_exceeds_three_l2():
 
 
 def test_cold_mode_takes_its_own_minimum_when_one_is_set():
-    plain = load_settings("default")
-    assert plain.cold_min_samples == 0
+    plain = load_settings("default", overrides={"cold_min_samples": 0})
+    assert load_settings("default").cold_min_samples == 10   # the sm90 baselines' value
+    assert load_settings("strict").cold_min_samples == 0
     assert {m: T.StopRule.from_settings(plain, m).min_samples for m in ("cold", "graph")} == \
            {"cold": plain.min_samples, "graph": plain.min_samples}
     ten = load_settings("default", overrides={"cold_min_samples": 10})
