@@ -57,8 +57,9 @@ KERNEL_NAMES = (("corr_stream_split_kernel", "corr_stream"), ("corr_stream_kerne
                 ("corr_tile_kernel", "corr_tile"), ("asum_kernel", "asum"),
                 ("empty_kernel", "empty"))
 #: variant -> its kernels, in launch order; fused's corr_tile sums A itself ("+sum"); "a|b":
-#: the variant launches one of them by shape (stream: corr_tile at M > 16 with >= 32 groups
-#: per row, ``correction_variant_stream.cu``), the row is named by the one that ran
+#: the variant launches one of them by shape (stream: corr_tile for grouped weights at
+#: 2 <= M <= 256 and >= 32 groups per row at M > 1, ``stream_takes_tile`` in
+#: ``correction_variant_stream.cu``), the row is named by the one that ran
 VARIANT_KERNELS = {"two_kernel_lean": ("a_group_sum", "correction_accum"),
                    "side_stream": ("asum", "corr_tile"), "fused": ("corr_tile+sum",),
                    "stream": ("asum_flat", "corr_stream|corr_tile")}

@@ -160,7 +160,9 @@ def test_tiled_kernels_agree_bit_for_bit(M, gs, K, ext, cuda_device):
 def test_stream_kernels_within_2_ulp_and_repeatable(M, gs, K, ext, cuda_device):
     """stream's kernels over every branch of their launch: small groups (vpg 8, 16: one
     and four passes), large groups (vpg 256: a warp per group; 512, 1024: a block per
-    group), the decode kernel (M <= 16) and RM 1, 2 and 4 (M < 64, < 128, >= 128),
+    group), the decode kernel (M = 1 at every G; M <= 16 at G = 1), corr_tile where
+    ``stream_takes_tile`` routes it (G > 1 at 2 <= M <= 256, G >= 32 above) and
+    corr_stream's RM 1, 2 and 4 (M < 64, < 128, >= 128; G = 1, and G < 32 at M = 300),
     several column blocks; same bits twice."""
     gen = torch.Generator(device=cuda_device).manual_seed(M * 11 + gs + K)
     N = 8192 if M in (100, 300) else 1024
@@ -183,9 +185,11 @@ def test_stream_kernels_within_2_ulp_and_repeatable(M, gs, K, ext, cuda_device):
 @pytest.mark.parametrize("flags", [1, 2], ids=["fp16_accum", "skip_last_tile"])
 @pytest.mark.parametrize("M", [1, 8])
 def test_stream_decode_kernel_catches_the_planted_flags(M, flags, ext, cuda_device):
-    """stream's decode kernel (M <= 16: G split over the idle row slots) honours both
-    planted flags: fp16 accumulation (G = 32 products of |a_sum| ~ 11 x |delta| ~ 0.05,
-    C = 0, so the error is the correction's own) and the last 128 columns left alone."""
+    """stream's accumulation at decode honours both planted flags: fp16 accumulation
+    (G = 32 products of |a_sum| ~ 11 x |delta| ~ 0.05, C = 0, so the error is the
+    correction's own) and the last 128 columns left alone. M = 1 runs the decode split
+    kernel (G over the idle row slots); M = 8 with G = 32 is routed to corr_tile
+    (``stream_takes_tile``), which must honour them too."""
     gen = torch.Generator(device=cuda_device).manual_seed(M + 10 * flags)
     K, gs, N = 4096, 128, 1024
     delta = torch.randn(K // gs, N, device=cuda_device, generator=gen) * 0.05

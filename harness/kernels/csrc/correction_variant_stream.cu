@@ -20,8 +20,9 @@
 //    the arithmetic), accumulates all G groups in registers in order (delta as two float4
 //    per group, a_sum through the read-only cache) and writes C once. No shared memory,
 //    no barrier. At M <= 16 (corr_stream_split_kernel) the idle row slots take slices of
-//    G instead, added in order through shared memory after one barrier. At M > 16 with
-//    G >= 32 groups per row corr_tile_kernel (side_stream's) accumulates instead.
+//    G instead, added in order through shared memory after one barrier. corr_tile_kernel
+//    (side_stream's) accumulates instead where the study measured it faster
+//    (stream_takes_tile): grouped weights at 2 <= M <= 256, and G >= 32 at every M > 1.
 // Flag bits (planted defects) as everywhere: fp16 accumulation, the last 128 columns
 // untouched. Shared internals: correction_variants.cuh.
 #include "correction_variants.cuh"
@@ -36,7 +37,21 @@ namespace {
 constexpr int kFlatThreads = 256;
 constexpr int kSmallPasses = 4;          // vectors per lane in flight, small groups
 constexpr int kStreamSlots = 32;         // row slots of a corr_stream block (x 8 octets)
-constexpr int kStreamTileMinG = 32;      // from this many groups per row (M > 16): corr_tile
+constexpr int kStreamTileMinG = 32;      // from this many groups per row (M > 1): corr_tile
+constexpr int kStreamTileMaxM = 256;     // grouped weights (G > 1) up to this M: corr_tile
+
+// Whether corr_tile accumulates for stream (same a_sum [M, G], same flags). The kernel
+// study and the whole-path study on an H200 (docs/hopper.md 5.3, 5.4): corr_stream wins at
+// G = 1 at every M (0.25-0.6x corr_tile), and the decode split kernel at M = 1 (1.5-1.8 us
+// against 2.5-2.8 warm); at M = 16 the split kernel lost at G = 16 (3.3 against 2.9-3.0
+// warm, 5.7-6.0 against 3.5-3.9 cold) and G = 64 (8.5 against 5.3, 17.5 against 6.5); at
+// M = 32-256, G = 16 the path with corr_stream was 1.00-1.11x side_stream's (graph); at
+// G = 64 and M > 16 corr_tile was 2.3x (warm) to 3.7x (cold) faster; at M = 1024, G = 16
+// the path with corr_stream was the faster.
+bool stream_takes_tile(int M, int G) {
+  if (M <= 1 || G <= 1) return false;
+  return G >= kStreamTileMinG || M <= kStreamTileMaxM;
+}
 
 template <int kPasses>
 __global__ void __launch_bounds__(kFlatThreads)
@@ -260,6 +275,9 @@ cudaError_t launch_stream(const CorrectionProblem& p, const float* a_sum, cudaSt
   // flag bit 1 (planted): leave the last 128-column tile untouched, as the others do
   const int n_end = (p.flags & kFlagSkipLastNTile) ? ((p.N - 1) / 128) * 128 : p.N;
   const bool half = (p.flags & kFlagHalfAccum) != 0;
+  if (stream_takes_tile(p.M, p.G) &&
+      tile_config(p, false).smem <= static_cast<size_t>(smem_optin(p.device)))
+    return launch_tile(p, a_sum, false, false, stream);
   if (p.M <= kSplitMaxRows) {
     const int RS = pow2_at_least(p.M);
     const int Z = std::min(kStreamSlots / RS, pow2_at_least(p.G));
@@ -271,14 +289,6 @@ cudaError_t launch_stream(const CorrectionProblem& p, const float* a_sum, cudaSt
       corr_stream_split_kernel<false><<<grid, kFlatThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end, RS, Z);
     return cudaGetLastError();
   }
-  // Many groups per row (G >= kStreamTileMinG): each thread here chains all G groups, and
-  // corr_tile's G-slices were 2.3x faster warm, 3.7x cold at K = 8192, g128 (G = 64; the
-  // kernel study on an H200, docs/hopper.md 5.3), so corr_tile takes those shapes when its
-  // shared memory fits (same a_sum [M, G], same flags). Below it the two were even (G = 16)
-  // or corr_stream won 2-4x (G = 1).
-  if (p.G >= kStreamTileMinG &&
-      tile_config(p, false).smem <= static_cast<size_t>(smem_optin(p.device)))
-    return launch_tile(p, a_sum, false, false, stream);
   if (p.M >= 128) return launch_stream_rm<4>(p, a_sum, n_end, half, stream);
   if (p.M >= 64) return launch_stream_rm<2>(p, a_sum, n_end, half, stream);
   return launch_stream_rm<1>(p, a_sum, n_end, half, stream);

@@ -76,7 +76,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "A's flat vectors) and an accumulation with no shared memory or barrier: each "
             "thread loads its RM C vectors first, sums all groups in registers, writes once "
             "(M <= 16: G split over the idle row slots, added in order after one barrier; "
-            "M > 16 with >= 32 groups per row: side_stream's corr_tile accumulates)"),
+            "side_stream's corr_tile accumulates grouped weights at 2 <= M <= 256 and "
+            ">= 32 groups per row at any M > 1)"),
     Variant("marlin_only", 0, "baseline",
             "Marlin alone (no zeroing, no correction): the overhead baseline"),
     Variant("empty", 6, "floor",
