@@ -29,7 +29,7 @@ from dataclasses import dataclass
 VARIANT_ENV = "HARNESS_CORRECTION_VARIANT"
 #: The variant ``marlin_asym`` runs unless told otherwise: ``auto``, i.e. per shape class
 #: the variant ``AUTO_BY_CLASS`` names (the correction study's pick on the H200:
-#: side_stream in every class; docs/hopper.md section 5).
+#: stream in every class since 2026-12-04; docs/hopper.md section 5.4).
 DEFAULT_VARIANT = "auto"
 
 #: Variant ids of the extension's ``marlin_asym_variant`` (index = id). Keep in step with
@@ -101,9 +101,11 @@ SHAPE_CLASSES = (("decode", 1, 16), ("mid", 17, 256), ("large", 257, math.inf))
 
 #: The variant ``auto`` runs per shape class: the line ``correction_study`` printed under
 #: "Recommendation" on the H200 (docs/hopper.md sections 4-5). Re-run the study on another
-#: GPU before trusting it there; paste the line it prints.
+#: GPU before trusting it there; paste the line it prints. stream (with corr_tile where
+#: ``stream_takes_tile`` routes it) was 0.77-0.98x side_stream's time at all 56 production
+#: shapes in graph mode and within +0.3% cold, with the same rel_err (docs/hopper.md 5.4).
 AUTO_BY_CLASS: dict[str, str] = {
-    "decode": "side_stream", "mid": "side_stream", "large": "side_stream",
+    "decode": "stream", "mid": "stream", "large": "stream",
 }
 
 
