@@ -209,15 +209,10 @@ def _known(v: object) -> bool:
 
 
 def measured_settings(settings: Mapping | None, extra: Mapping | None = None) -> dict:
-    """A run's settings plus what its json's extra says about what was measured.
-
-    ``settings`` is ``Settings.to_dict()`` of the run (or a baseline's settings); from
-    ``extra`` (``RunMeta.extra``: ``harness bench`` records ``modes`` and ``cpu_threads``)
-    the timing modes are added when they are timing modes, and the CPU threads when one
-    of them is ``cpu`` (they do not change GPU timings). A setting of ``MODE_SETTINGS`` is
-    dropped when the recorded modes leave its mode out, also when they are not timing modes
-    (``harness ppl``'s scoring modes: its model timings read neither setting).
-    """
+    """A run's (or a baseline's) settings plus what its json's extra (``modes``,
+    ``cpu_threads``) says was measured: timing modes are added, the CPU threads when one is
+    ``cpu``, and a ``MODE_SETTINGS`` entry is dropped when the recorded modes (timing modes
+    or ``harness ppl``'s scoring modes, which read neither timer) leave its mode out."""
     out = dict(settings or {})
     if out:                       # a settings record: an older one measured with the defaults
         for key, value in STORED_DEFAULTS.items():
