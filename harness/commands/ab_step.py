@@ -45,7 +45,7 @@ from ..reports.gate_record import stored_partial, write_gate_record
 from ..reports.verdicts import GateResult, Verdict
 from ..results.baseline import baseline_dir, load_baseline
 from ..results.store import load_run, read_meta, write_meta
-from .bench_runner import with_requests
+from .bench_runner import bench_paths, bench_rows, with_requests
 from .compare import compare
 from .revisions import (
     BenchRunner,
@@ -53,17 +53,6 @@ from .revisions import (
     resolve_revision,
     subprocess_runner,
 )
-
-#: Rows of a path derived for a SwiGLU pair are measured through the registered path they
-#: come from (``kernels.swiglu_pair.paths_for_case``): ``harness bench --paths`` takes
-#: registered names only, at any commit. Kept torch-free here; a test holds it equal to
-#: what ``paths_for_case`` derives.
-DERIVED_FROM = {"native_int4_fused": "native_int4"}
-
-
-def bench_paths(paths) -> list[str]:
-    """The registered paths whose bench measures rows of ``paths``."""
-    return sorted({DERIVED_FROM.get(p, p) for p in paths})
 
 
 def _dirty(repo: Path) -> bool:
@@ -180,6 +169,7 @@ def ab_confirm(
                                   v.current for m in group for v in todo[m].result.verdicts
                                   if v.current is not None]),
                               paths=bench_paths({v.path for v in slow}),
+                              rows=bench_rows(v.key for v in slow),
                               modes=sorted({v.mode for v in slow}), rounds=rounds, confirm=False,
                               runner=current_side_plugins(runner, plugins, repo), echo=echo)
         except EXPECTED_ERRORS as exc:

@@ -15,6 +15,9 @@
   costs the measuring one is the same for every bench of both sides.
 * ``with_requests(runner, fn)``: the runner with ``fn`` applied to every request, its
   pipelining kept (the job's A/B gives its plugins to one side this way).
+* ``BenchRequest.rows``: the exact (case, path) rows to measure; the runner writes them
+  beside the bench's results and gives it ``bench_rows.py`` (the last ``--plugin``), so an
+  A/B measures the rows it judges and not every path of their cases.
 
 Extension point: ``BenchRunner``, any callable taking a ``BenchRequest`` and leaving a
 result directory under ``request.out_dir``; tests pass fake ones. A runner that also has
@@ -24,6 +27,7 @@ pipelined by ``run_pipelined``; a plain callable is run one request after anothe
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -38,6 +42,27 @@ from ..errors import CompareError
 #: variable naming the file whose existence opens it.
 GATE_PLUGIN = Path(__file__).resolve().with_name("bench_gate.py")
 GATE_ENV = "HARNESS_BENCH_GATE"
+#: The row-selection plugin (also run by an old revision's bench) and its variable: the
+#: JSON file of the [case_id, path] pairs to measure (``BenchRequest.rows``).
+ROWS_PLUGIN = Path(__file__).resolve().with_name("bench_rows.py")
+ROWS_ENV = "HARNESS_BENCH_ROWS"
+
+#: Rows of a path derived for a SwiGLU pair are measured through the registered path they
+#: come from (``kernels.swiglu_pair.paths_for_case``): ``harness bench --paths`` takes
+#: registered names only, at any commit. Kept torch-free here; a test holds it equal to
+#: what ``paths_for_case`` derives.
+DERIVED_FROM = {"native_int4_fused": "native_int4"}
+
+
+def bench_paths(paths) -> list[str]:
+    """The registered paths whose bench measures rows of ``paths``."""
+    return sorted({DERIVED_FROM.get(p, p) for p in paths})
+
+
+def bench_rows(keys) -> tuple[tuple[str, str], ...]:
+    """``BenchRequest.rows`` for the (case_id, path, mode) ``keys``: each row named by the
+    registered path that measures it."""
+    return tuple(sorted({(k[0], DERIVED_FROM.get(k[1], k[1])) for k in keys}))
 
 
 @dataclass(frozen=True)
@@ -46,6 +71,9 @@ class BenchRequest:
 
     ``plugins`` are passed to the bench as ``--plugin``: a relative path is read from the
     revision's own checkout (a file that differs between commits plants what they do).
+    ``rows``: (case_id, path) pairs, the only rows to measure (empty: every path given on
+    every case selected); a path must be a registered one, a SwiGLU pair's derived row
+    named by the path it comes from (``bench_rows``).
     """
 
     label: str
@@ -58,6 +86,7 @@ class BenchRequest:
     paths: tuple[str, ...] = ()
     modes: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()
+    rows: tuple[tuple[str, str], ...] = ()
 
 
 BenchRunner = Callable[[BenchRequest], None]
@@ -99,7 +128,8 @@ class SubprocessRunner:
         self.finish(self.start(req, gated=False))
 
     def start(self, req: BenchRequest, gated: bool = True) -> Started:
-        env = {k: v for k, v in os.environ.items() if k not in ("HARNESS_COMMIT", GATE_ENV)}
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("HARNESS_COMMIT", GATE_ENV, ROWS_ENV)}
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(req.worktree), env.get("PYTHONPATH", "")) if p)
         # the bench runs in the worktree: a relative --out (compare's default, the job's
@@ -112,6 +142,11 @@ class SubprocessRunner:
             gate.unlink(missing_ok=True)
             env[GATE_ENV] = str(gate)
             req = replace(req, plugins=(str(GATE_PLUGIN), *req.plugins))
+        if req.rows:                              # last: it restricts wrapped paths too
+            rows = req.out_dir.parent / f"{req.out_dir.name}.rows.json"
+            rows.write_text(json.dumps(sorted(req.rows)))
+            env[ROWS_ENV] = str(rows)
+            req = replace(req, plugins=(*req.plugins, str(ROWS_PLUGIN)))
         log = req.out_dir.parent / f"{req.out_dir.name}.log"
         fh = open(log, "w")
         proc = subprocess.Popen(bench_command(req), cwd=req.worktree, env=env, stdout=fh,

@@ -43,7 +43,7 @@ from ..reports.verdicts import GateResult
 from ..results.environment import STRICT_ENV_HELP
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run
-from .bench_runner import run_pipelined
+from .bench_runner import bench_paths, bench_rows, run_pipelined
 from .common import add_settings_args, csv_list, plain, settings_from_args
 from .revisions import (  # noqa: F401  (BenchRequest, bench_command, GitMissing: re-exported)
     BenchRequest,
@@ -135,6 +135,7 @@ def compare(
     matrix: str = "production", filter: str | None = None, paths: Sequence[str] = (),
     modes: Sequence[str] = (), rounds: int = 3, runner: BenchRunner = subprocess_runner,
     echo: Callable[[str], None] = print, strict_env: bool = False, confirm: bool = True,
+    rows: Sequence[tuple[str, str]] = (),
 ) -> CompareOutcome:
     """Gate B against A (A is the baseline side). Measured rounds land in ``work_dir/runs``.
 
@@ -143,6 +144,9 @@ def compare(
     rounds' benches pipelined by ``bench_runner.run_pipelined`` when ``runner`` can:
     the next one starts up while one measures); then
     ``reports.comparison.compare_runs`` applies the environment policy and the gate.
+    ``rows`` ((case_id, path) pairs, ``BenchRequest.rows``) limits each bench to those
+    rows, where ``filter`` and ``paths`` would select every path on every case given (the
+    AMBIGUOUS round measures exactly its rows either way).
     A stored B replays the confirmations its bench stored. ``confirm=False`` skips the
     extra round: the pooled rounds' verdicts stand (``harness job``'s A/B, where one more
     round of a path-wide regression costs ~55 s on the H200 and decides nothing new).
@@ -155,13 +159,14 @@ def compare(
     firsts: dict[str, Run] = {}       # a measured side's first round: its environment and settings
 
     def measure(plan, rounds_: Sequence[int], sub, filt: str | None, p: Sequence[str],
-                m: Sequence[str]) -> list[tuple[str, Run]]:
+                m: Sequence[str], only: Sequence[tuple[str, str]]) -> list[tuple[str, Run]]:
         """Interleaved rounds (A B, then B A, ...) of ``plan``, pipelined by
         ``bench_runner.run_pipelined`` (the next bench starts up while one measures);
         ``sub(r)`` names a round's folder. Returns (label, run) in measuring order."""
         jobs = [(sub(r), label, side, BenchRequest(label, side.revision, tree,
                                                    work_dir / "runs" / sub(r) / label, matrix,
-                                                   r, filt, tuple(p), tuple(m)))
+                                                   r, filt, tuple(p), tuple(m),
+                                                   rows=tuple(only)))
                 for r in rounds_ for label, side, tree in (plan if r % 2 == 0 else plan[::-1])]
         for *_, req in jobs:
             if req.out_dir.exists():
@@ -192,7 +197,7 @@ def compare(
             progress = stack.enter_context(tqdm(total=rounds * len(plan), unit="bench",
                                                 desc="compare", dynamic_ncols=True))
             for label, run in measure(plan, range(rounds), lambda r: f"round{r}", filter,
-                                      paths, modes):
+                                      paths, modes, rows):
                 rounds_of[label].append(list(run.rows))
                 firsts.setdefault(label, run)
             progress.close()
@@ -208,10 +213,10 @@ def compare(
         if len(plan) == 2 and confirm:
             def remeasure(keys: list[Key]):
                 wanted = set(keys)
-                rows = [r for r in b_rows if r.key in wanted]
+                picked = [r for r in b_rows if r.key in wanted]
                 got = dict(measure(plan, [rounds], lambda r: "remeasure",
-                                   case_filter(rows, b_rows), sorted({k[1] for k in keys}),
-                                   sorted({k[2] for k in keys})))
+                                   case_filter(picked, b_rows), bench_paths({k[1] for k in keys}),
+                                   sorted({k[2] for k in keys}), bench_rows(keys)))
                 return ([r for r in got["A"].rows if r.key in wanted],
                         [r for r in got["B"].rows if r.key in wanted])
         elif b.run is not None:

@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,11 +102,20 @@ def test_a_planted_slowdown_is_confirmed_ab(project):
     # round) while the one before it measured, and the planted plugin reached B only
     benches = sorted(run.glob("ab/*/runs/round*/[AB]/*/cpu/smoke.json"))
     assert len(benches) == 4, benches                          # 2 rounds x 2 sides
+    judged = {tuple(k.split("|")[:2]) for k in rows}
     for bench in benches:
         plugins = json.loads(bench.read_text())["plugins"]
         assert plugins[0].endswith("bench_gate.py"), plugins
         assert any(p.endswith("slowdown_plugin.py") for p in plugins) == (
             bench.parts[-4] == "B"), (bench, plugins)
+        # each bench, the baseline commit's too, measured the rows A/B judges and no other
+        assert plugins[-1].endswith("bench_rows.py"), plugins
+        measured = pd.read_csv(bench.with_suffix(".csv"))
+        ok = measured[measured.status == "ok"]
+        assert set(zip(ok.case_id, ok.path, strict=True)) == judged, (bench, judged)
+        left = measured[measured.status != "ok"]      # here --paths alone selects them
+        assert all(str(e).startswith("not among the rows this A/B re-measures")
+                   for e in left.error)
     took = json.loads((run / "job.json").read_text())["seconds"]    # the A/B's cost is shown
     assert took["A/B"] > 0 and took["total"] >= took["bench (smoke)"] + took["A/B"] - 0.15
     assert "harness job: time: bench (smoke) " in proc.stdout

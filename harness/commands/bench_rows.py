@@ -1,0 +1,75 @@
+"""A ``harness bench --plugin`` that measures only the (case, path) rows an A/B asks for.
+
+``harness job``'s A/B re-measures a few rows (those its gate failed as SLOWER and those
+its screen flagged), at two commits. A bench selects cases (``--filter``) and paths
+(``--paths``), so without this plugin it measures every listed path on every selected
+case: on the H200, 57 rows per bench for the 21 that an A/B of 2026-12-04 needed (a2 of
+docs/measurement.md §9.5). With ``$HARNESS_BENCH_ROWS`` naming a JSON file of
+``[case_id, path]`` pairs, each registered path reports itself unsupported, with one
+line saying why, on every case that is not paired with it there; the runner records
+those rows ``unavailable`` without preparing, timing or checking them, and generates a
+case's data only when one of its paths is measured.
+
+The runner (``bench_runner.SubprocessRunner``) writes the file and gives this plugin to
+both sides of an A/B, last among the plugins, so it also restricts a path that an earlier
+plugin wrapped (a planted slowdown). A SwiGLU pair's paths are derived from the
+registered ones when the bench runs (``kernels.swiglu_pair.paths_for_case``): a pair path
+follows its registered path, and the fused native pair path is measured on every case
+where ``native_int4`` is, so name a derived row by the path it comes from.
+
+Like ``bench_gate.py`` it is run by the bench of another revision (the baseline's
+commit): it uses that revision's path registry (``harness.kernels.base.PATHS`` and the
+``GemmPath.unsupported_reason`` it wraps, both as they have been since the A/B exists).
+Without the variable it does nothing.
+"""
+
+import json
+import os
+import sys
+
+from harness.kernels.base import PATHS  # the registry of the revision this bench runs
+
+ROWS_ENV = "HARNESS_BENCH_ROWS"
+#: The reason recorded on a row left out (the row is ``unavailable`` in that bench only).
+LEFT_OUT = "not among the rows this A/B re-measures ($HARNESS_BENCH_ROWS)"
+
+
+def read_rows(path: str) -> dict[str, set[str]]:
+    """path -> the case ids to measure it on, from a JSON list of [case_id, path] pairs;
+    a malformed file exits the bench with one line naming it."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            pairs = json.load(fh)
+        if not isinstance(pairs, list) or not all(
+                isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) for x in p)
+                for p in pairs):
+            raise ValueError(f"got {str(pairs)[:60]}")
+        wanted: dict[str, set[str]] = {}
+        for case_id, name in pairs:
+            wanted.setdefault(name, set()).add(case_id)
+    except (OSError, ValueError) as exc:
+        sys.exit(f"harness bench: ${ROWS_ENV}={path}: not a JSON list of [case_id, path] "
+                 f"pairs ({exc})")
+    return wanted
+
+
+def restrict(registry, wanted: dict[str, set[str]]) -> list[str]:
+    """Make each path of ``registry`` unsupported on the cases ``wanted`` does not pair it
+    with (a path absent from ``wanted`` on every case); returns the names restricted."""
+    done = []
+    for name in registry.names():
+        path = registry.get(name)
+        cases = frozenset(wanted.get(name, ()))
+        own = path.unsupported_reason
+
+        def unsupported_reason(case, _own=own, _cases=cases):
+            return _own(case) if case.id in _cases else LEFT_OUT
+
+        path.unsupported_reason = unsupported_reason   # this instance, this process only
+        done.append(name)
+    return done
+
+
+_FILE = os.environ.get(ROWS_ENV, "")
+if _FILE:
+    restrict(PATHS, read_rows(_FILE))

@@ -1,0 +1,102 @@
+"""``bench_rows.py``: a bench given (case, path) rows measures those and no other, on any
+path object (wrapped ones too), names why it left the others out, and refuses a malformed
+row file in one line; the runner gives it to a bench whose request lists rows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from harness.cases.case import GemmCase
+from harness.cases.matrices import smoke as smoke_matrix
+from harness.commands import bench_rows
+from harness.commands.bench_runner import (
+    ROWS_ENV,
+    ROWS_PLUGIN,
+    BenchRequest,
+    subprocess_runner,
+)
+from harness.commands.bench_runner import (
+    bench_rows as rows_for_keys,
+)
+from harness.kernels.base import PathRegistry
+from harness.kernels.fp16_cache import Fp16CachePath
+from harness.kernels.marlin.asym import MarlinAsymPath
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMER = "tests/planted/fake_timer_plugin.py"
+
+
+def test_the_runner_and_the_plugin_name_one_variable():
+    assert bench_rows.ROWS_ENV == ROWS_ENV
+    assert ROWS_PLUGIN == Path(bench_rows.__file__).resolve()
+
+
+def test_restrict_leaves_out_every_row_not_listed_and_keeps_each_paths_own_reason():
+    reg = PathRegistry()
+    fp16, marlin = reg.register(Fp16CachePath()), reg.register(MarlinAsymPath())
+    smoke = smoke_matrix()
+    odd = GemmCase(M=32, N=320, K=256, group_size=128)   # Marlin has no kernel for it
+    one = next(c for c in smoke if c.M == 1)
+    own = marlin.unsupported_reason(odd)
+    assert own and own != bench_rows.LEFT_OUT
+    assert sorted(bench_rows.restrict(reg, {"marlin_asym": {odd.id, one.id}})) == [
+        "fp16_cache", "marlin_asym"]
+    assert marlin.unsupported_reason(one) is None
+    assert marlin.unsupported_reason(odd) == own                  # its own limit still says
+    assert all(fp16.unsupported_reason(c) == bench_rows.LEFT_OUT for c in smoke)
+    assert all(marlin.unsupported_reason(c) == bench_rows.LEFT_OUT
+               for c in smoke if c.id != one.id)
+
+
+def test_a_derived_swiglu_row_is_measured_through_its_registered_path():
+    keys = [("swiglu_pair-M4", "native_int4_fused", "graph"), ("M1", "fp16_cache", "graph"),
+            ("M1", "fp16_cache", "cold")]
+    assert rows_for_keys(keys) == (("M1", "fp16_cache"), ("swiglu_pair-M4", "native_int4"))
+
+
+def test_a_bench_of_a_request_with_rows_measures_exactly_them(tmp_path):
+    smoke = {c.id: c for c in smoke_matrix()}
+    pair = next(i for i in smoke if i.startswith("swiglu_pair"))
+    gemm = sorted(i for i in smoke if i != pair)
+    wanted = ((gemm[0], "fp16_cache"), (gemm[1], "marlin_asym"), (pair, "fp16_cache"))
+    req = BenchRequest("B", "HEAD", ROOT, tmp_path / "B", "smoke", 0,
+                       paths=("fp16_cache", "marlin_asym"), plugins=(TIMER,), rows=wanted)
+    subprocess_runner(req)
+    assert json.loads((tmp_path / "B.rows.json").read_text()) == sorted(map(list, wanted))
+    [csv] = (tmp_path / "B").glob("*/*/smoke.csv")
+    got = pd.read_csv(csv)
+    ok = got[got.status == "ok"]
+    assert set(zip(ok.case_id, ok.path, strict=True)) == set(wanted)
+    rest = got[got.status != "ok"]
+    assert len(rest) == 2 * len(smoke) - len(wanted)
+    assert (rest.status == "unavailable").all() and (rest.error == bench_rows.LEFT_OUT).all()
+    plugins = json.loads(csv.with_suffix(".json").read_text())["plugins"]
+    assert plugins[-1] == str(ROWS_PLUGIN)
+
+
+def _plugin(env: dict) -> subprocess.CompletedProcess:
+    code = f"import runpy; runpy.run_path({str(ROWS_PLUGIN)!r}); print('through')"
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_a_malformed_row_file_stops_the_bench_in_one_line(tmp_path):
+    bad = tmp_path / "rows.json"
+    bad.write_text('{"M1": "fp16_cache"}')
+    proc = _plugin(dict(os.environ, **{ROWS_ENV: str(bad)}))
+    assert proc.returncode == 1 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"harness bench: ${ROWS_ENV}={bad}: not a JSON list of [case_id, "
+                           "path] pairs")
+
+
+def test_without_the_variable_the_row_plugin_does_nothing():
+    env = {k: v for k, v in os.environ.items() if k != ROWS_ENV}
+    proc = _plugin(env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "through", proc.stderr
