@@ -187,7 +187,9 @@ def _store(run_dir: Path, matrix: str, pending: _Pending, got: dict, base: str, 
     """Record ``matrix``'s A/B readings with the run and rewrite its gate record."""
     def reading(v):
         r = got.get((matrix, *v.key))
-        return (r.verdict.value, r.time_change) if r else (Verdict.MISSING.value, float("nan"))
+        if r is None:
+            return Verdict.MISSING.value, float("nan"), float("nan")
+        return r.verdict.value, r.time_change, r.threshold
     record = ABRecord(matrix, base, head, rounds,
                       tuple(ABRow(*v.key, *reading(v)) for v in pending.slow))
     final = apply_ab(pending.result, record)

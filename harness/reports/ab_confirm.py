@@ -45,19 +45,23 @@ AB_KEY = "ab_confirm"
 #: A/B verdicts that clear a stored-baseline SLOWER; any other (SLOWER, AMBIGUOUS,
 #: MISSING, ERROR, ...) leaves the row failing
 CLEARING = (Verdict.SAME.value, Verdict.FASTER.value)
-AB_RECORD_VERSION = 1
+AB_RECORD_VERSION = 2   # 2: each row's threshold
 
 
 @dataclass(frozen=True)
 class ABRow:
     """One row's same-machine A/B reading: ``verdict`` of the current commit against the
-    baseline's commit, ``change`` = current / baseline - 1 of the pooled medians."""
+    baseline's commit, ``change`` = current / baseline - 1 of the pooled medians, and
+    ``threshold``, the move it had to exceed (max(min_effect, the A/B rounds' own noise
+    margin for the row)): a slowdown under it cannot be confirmed on that row (NaN in a
+    record of version 1, which did not store it)."""
 
     case_id: str
     path: str
     mode: str
     verdict: str
     change: float
+    threshold: float = math.nan
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -80,8 +84,8 @@ class ABRecord:
                 "baseline_commit": self.baseline_commit,
                 "current_commit": self.current_commit, "rounds": self.rounds,
                 "rows": {"|".join(r.key): {"verdict": r.verdict,
-                                           "change": r.change if math.isfinite(r.change)
-                                           else None}
+                                           "change": _finite(r.change),
+                                           "threshold": _finite(r.threshold)}
                          for r in self.rows}}
 
     @classmethod
@@ -91,13 +95,18 @@ class ABRecord:
             rows = []
             for key, v in dict(d["rows"]).items():
                 case_id, path, mode = key.split("|")
-                change = v.get("change")
+                change, threshold = v.get("change"), v.get("threshold")
                 rows.append(ABRow(case_id, path, mode, str(v["verdict"]),
-                                  math.nan if change is None else float(change)))
+                                  math.nan if change is None else float(change),
+                                  math.nan if threshold is None else float(threshold)))
             return cls(str(d["matrix"]), str(d["baseline_commit"]), str(d["current_commit"]),
                        int(d["rounds"]), tuple(rows), int(d.get("version", AB_RECORD_VERSION)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"{source}: malformed '{AB_KEY}' record ({exc})") from None
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def screen_keys(current: Sequence[ResultRow], baseline: Sequence[ResultRow],
@@ -162,7 +171,8 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
         if ab is None:
             out.append(v)
             continue
-        said = f"{against}: {ab.change:+.2%} ({ab.verdict})"
+        limit = f", threshold {ab.threshold:.2%}" if math.isfinite(ab.threshold) else ""
+        said = f"{against}: {ab.change:+.2%} ({ab.verdict}{limit})"
         if v.verdict == Verdict.SAME and not v.fails and v.current is not None:
             if ab.verdict == Verdict.SLOWER.value:      # inside the margin, slower here
                 out.append(replace(v, verdict=Verdict.SLOWER, fails=True, reasons=v.reasons + (

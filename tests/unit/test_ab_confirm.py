@@ -82,6 +82,22 @@ def test_the_record_round_trips_and_a_malformed_one_is_one_line():
         ABRecord.from_dict({"rows": {"a|b": {}}}, "synthetic.json")
 
 
+def test_a_reading_names_the_move_it_had_to_exceed_where_the_record_holds_it():
+    rows = tuple(ABRow(*v.key, "SAME", 0.041, 0.066) for v in _gate().failures)
+    rec = ABRecord("synthetic", "b" * 40, "c" * 40, 3, rows)
+    d = rec.to_dict()
+    assert d["version"] == 2 and ABRecord.from_dict(d) == rec
+    said = [r for v in apply_ab(_gate(), rec).verdicts for r in v.reasons if "A/B" in r]
+    assert said and all("+4.10% (SAME, threshold 6.60%)" in r for r in said)
+    # a version-1 record (2026-12-04 and before) has no threshold: read as NaN, not named
+    for row in d["rows"].values():
+        del row["threshold"]
+    old = ABRecord.from_dict({**d, "version": 1})
+    assert all(math.isnan(r.threshold) for r in old.rows)
+    said = [r for v in apply_ab(_gate(), old).verdicts for r in v.reasons if "A/B" in r]
+    assert said and all("+4.10% (SAME)" in r for r in said)
+
+
 # ------------------------------------------------------------ measured through git worktrees
 def _git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
