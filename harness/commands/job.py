@@ -40,6 +40,7 @@ from ..errors import (
     worst_exit,
 )
 from ..reports.gate_record import stored_exit_code
+from ..reports.verdicts import FAILING
 from ..results.store import read_meta, read_rows
 from . import bench, ppl
 from .ab_step import ab_confirm
@@ -52,6 +53,10 @@ STEPS = (("gemm", "production"), ("swiglu", "swiglu"), ("ppl", "ppl"))
 CPU_STEPS = (("gemm", "smoke"), ("ppl", "ppl"))
 
 
+#: verdicts that fail a gated row (a row of another role or mode shows them as information)
+FAILING_NAMES = frozenset(v.value for v in FAILING)
+
+
 @dataclass
 class StepResult:
     """One step's outcome for the summary table."""
@@ -61,6 +66,7 @@ class StepResult:
     exit_code: int = 0
     rows: int = 0
     verdicts: dict = field(default_factory=dict)
+    failing: dict = field(default_factory=dict)     # of ``verdicts``, the rows that fail
     reason: str = ""
     seconds: float = 0.0
 
@@ -244,7 +250,8 @@ def run(args: argparse.Namespace) -> int:
             # one bench process gates both matrices: its exit code is the worse of the two,
             # so each step's own code comes from its stored gate record
             r.exit_code = _code_from_record(gate)
-        r.reason = r.reason or _reason(r.exit_code, gate.get("failing", {}), bool(gate))
+        r.failing = dict(gate.get("failing") or {})
+        r.reason = r.reason or _reason(r.exit_code, r.failing, bool(gate))
     worst = worst_exit([r.exit_code for r in results])
     wall = time.perf_counter() - t0
     timing = _timing(results, ab_s, wall)     # one wall time: the title, the line, job.json
@@ -279,11 +286,22 @@ def _run_dir(args, commit: str) -> Path | None:
     return dirs[-1] if dirs else None
 
 
+def verdict_counts(verdicts: dict, failing: dict) -> str:
+    """The summary's verdicts cell: each verdict's rows, and where some of a verdict's rows
+    do not fail (a SLOWER cold row or a peer's: information), how many of them."""
+    parts = []
+    for k, n in sorted(verdicts.items()):
+        info = n - int(failing.get(k, 0))
+        parts.append(f"{n} {k}" + (f" ({info} not gating)" if k in FAILING_NAMES and info > 0
+                                   else ""))
+    return ", ".join(parts) or "-"
+
+
 def _print_summary(results: list[StepResult], worst: int, wall: float) -> None:
     table = Table(title=f"harness job: exit {worst} ({wall:.0f} s)", title_justify="left")
     for col in ("step", "matrix", "rows", "verdicts", "exit", "reason"):
         table.add_column(col, justify="right" if col in ("rows", "exit") else "left")
     for r in results:
-        counts = ", ".join(f"{n} {k}" for k, n in sorted(r.verdicts.items())) or "-"
+        counts = verdict_counts(r.verdicts, r.failing)
         table.add_row(r.step, r.matrix, str(r.rows), counts, str(r.exit_code), r.reason)
     Console(width=160, file=sys.stdout).print(table)

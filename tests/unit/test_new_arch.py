@@ -89,6 +89,17 @@ def test_a_steps_code_comes_from_its_gate_not_from_verdict_names():
     assert _code_from_record({"exit_code": 0, "has_baseline": False}) == EXIT_NO_BASELINE
 
 
+def test_the_summary_says_which_rows_of_a_failing_verdict_do_not_gate():
+    """a2 of 2026-12-04 printed "558 SAME, 2 SLOWER" beside exit 0: two cold rows."""
+    from harness.commands.job import verdict_counts
+
+    assert verdict_counts({"SAME": 558, "SLOWER": 2}, {}) == "558 SAME, 2 SLOWER (2 not gating)"
+    assert verdict_counts({"SLOWER": 5, "FASTER": 1}, {"SLOWER": 3}) == \
+        "1 FASTER, 5 SLOWER (2 not gating)"
+    assert verdict_counts({"SLOWER": 3, "NEW": 4}, {"SLOWER": 3}) == "4 NEW, 3 SLOWER"
+    assert verdict_counts({}, {}) == "-"
+
+
 @pytest.mark.slow     # two CPU jobs end to end, ~13 s on 2 cores
 def test_a_cpu_job_with_informational_slower_rows_passes(tmp_path, monkeypatch):
     """End to end: baseline from one CPU job, then a job with a planted slowdown on a path;
