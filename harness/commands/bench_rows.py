@@ -3,7 +3,7 @@
 ``harness job``'s A/B re-measures a few rows (those its gate failed as SLOWER and those
 its screen flagged), at two commits. A bench selects cases (``--filter``) and paths
 (``--paths``), so without this plugin it measures every listed path on every selected
-case: on the H200, 57 rows per bench for the 21 that an A/B of 2026-12-04 needed (a2 of
+case: on the H200, 61 rows per bench for the 21 that an A/B of 2026-12-04 judged (a2 of
 docs/measurement.md §9.5). With ``$HARNESS_BENCH_ROWS`` naming a JSON file of
 ``[case_id, path]`` pairs, each registered path reports itself unsupported, with one
 line saying why, on every case that is not paired with it there; the runner records
