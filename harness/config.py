@@ -92,6 +92,11 @@ class Settings:
         0.02, "A/B screen: a gated row whose median moved beyond this (Mann-Whitney "
         "significant) against the stored baseline is measured A/B on this machine",
         open_low=True, high=1.0, stored_default=0.02)
+    ab_extra_rounds: int = _setting(
+        4, "A/B: more interleaved rounds, of those rows only, for a row the first rounds "
+        "leave undecided (SAME or AMBIGUOUS, moved beyond ab_screen); its threshold is then "
+        "the standard error of the difference of the rounds' means", high=32,
+        stored_default=0)
     ppl_drift_tolerance: float = _setting(
         0.01, "relative perplexity drift allowed against the baseline")
     warmup_ms: float = _setting(

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -178,18 +178,20 @@ def ab_confirm(
             continue
         got = {(v.row.matrix, *v.key): v for v in outcome.result.verdicts}
         for m in group:
-            out[m] = _store(run_dir, m, todo[m], got, base, head, rounds, echo)
+            out[m] = _store(run_dir, m, todo[m], got, outcome.extended, base, head, rounds,
+                            echo)
     return out
 
 
-def _store(run_dir: Path, matrix: str, pending: _Pending, got: dict, base: str, head: str,
-           rounds: int, echo: Callable[[str], None]) -> int:
-    """Record ``matrix``'s A/B readings with the run and rewrite its gate record."""
+def _store(run_dir: Path, matrix: str, pending: _Pending, got: dict, extended: Mapping,
+           base: str, head: str, rounds: int, echo: Callable[[str], None]) -> int:
+    """Record ``matrix``'s A/B readings with the run and rewrite its gate record
+    (``extended``: the rows measured in more rounds, key -> rounds)."""
     def reading(v):
         r = got.get((matrix, *v.key))
         if r is None:
-            return Verdict.MISSING.value, float("nan"), float("nan")
-        return r.verdict.value, r.time_change, r.threshold
+            return Verdict.MISSING.value, float("nan"), float("nan"), 0
+        return r.verdict.value, r.time_change, r.threshold, extended.get(v.key, 0)
     record = ABRecord(matrix, base, head, rounds,
                       tuple(ABRow(*v.key, *reading(v)) for v in pending.slow))
     final = apply_ab(pending.result, record)

@@ -6,8 +6,14 @@ a git revision: it is checked out in a temporary ``git worktree`` and measured b
 inside it (``PYTHONPATH`` = the worktree), for ``rounds`` rounds, alternating the two
 revisions (A B, B A, A B, ...) so drift of the GPU hits both alike. The rounds of a side
 are pooled (samples concatenated), and their spread calibrates per-case noise margins.
-AMBIGUOUS rows get one more interleaved round, restricted to their cases. The gating of
-the two sets is ``harness.reports.comparison.compare_runs``; this module only measures.
+A gating row those rounds leave undecided (SAME or AMBIGUOUS while its median moved
+beyond the ``ab_screen`` setting) gets ``ab_extra_rounds`` more interleaved rounds of
+those rows only, and is judged against the standard error of the difference of the
+rounds' means (``reports.comparison.extended_margins``): one round's spread, the margin of
+the other rows, does not shrink with rounds, so on a row that moves a few percent between
+processes no number of rounds could confirm a 5% slowdown. AMBIGUOUS rows left after
+that get one more interleaved round, restricted to their rows. The gating of the two sets
+is ``harness.reports.comparison.compare_runs``; this module only measures.
 
 Writes CSV, HTML and Markdown to ``--out`` (default ``results/compare/<A>_vs_<B>``);
 exit 0 when nothing regressed, 1 on a failing verdict, 2 on bad input or a refused
@@ -25,8 +31,8 @@ import contextlib
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
@@ -34,7 +40,13 @@ from tqdm import tqdm
 from ..config import Settings
 from ..errors import CompareError
 from ..reports.ab_confirm import apply_ab, record_for
-from ..reports.comparison import compare_runs, pool_rows, round_margins
+from ..reports.comparison import (
+    compare_runs,
+    extended_margins,
+    pool_rows,
+    round_margins,
+    undecided,
+)
 from ..reports.gate import stored_remeasure
 from ..reports.gate_record import stored_partial
 from ..reports.markdown import text_table
@@ -117,6 +129,8 @@ class CompareOutcome:
     b_rows: tuple[ResultRow, ...]
     a: Side
     b: Side
+    #: rows measured in more rounds than ``rounds`` (undecided after them): key -> rounds
+    extended: Mapping[Key, int] = field(default_factory=dict)
 
 
 def resolve_side(spec: str, repo: Path) -> Side:
@@ -208,6 +222,29 @@ def compare(
                 margins[k] = max(v, margins.get(k, 0.0))
         a_rows = pool_rows(rounds_of["A"]) if a.revision else list(a.run.rows)
         b_rows = pool_rows(rounds_of["B"]) if b.revision else list(b.run.rows)
+        run_a = a.run if a.run is not None else firsts["A"]
+        run_b = b.run if b.run is not None else firsts["B"]
+        extended: dict[Key, int] = {}
+        if len(plan) == 2 and settings.ab_extra_rounds:
+            first = compare_runs(a_rows, b_rows, run_a, run_b, settings, a_label=a.label,
+                                 b_label=b.label, margins=margins, strict_env=strict_env,
+                                 echo=lambda line: None)
+            keys = undecided(first, settings)
+            if keys:
+                wanted, more = set(keys), range(rounds, rounds + settings.ab_extra_rounds)
+                echo(f"compare: {len(keys)} undecided row(s) (moved beyond "
+                     f"{settings.ab_screen:.1%}, not confirmed): {len(more)} more round(s) "
+                     "of those rows")
+                picked = [r for r in b_rows if r.key in wanted]
+                for label, run in measure(plan, more, lambda r: f"round{r}",
+                                          case_filter(picked, b_rows),
+                                          bench_paths({k[1] for k in keys}),
+                                          sorted({k[2] for k in keys}), bench_rows(keys)):
+                    rounds_of[label].append([r for r in run.rows if r.key in wanted])
+                margins.update(extended_margins(rounds_of["A"], rounds_of["B"], keys,
+                                                settings))
+                a_rows, b_rows = pool_rows(rounds_of["A"]), pool_rows(rounds_of["B"])
+                extended = dict.fromkeys(keys, rounds + len(more))
 
         remeasure = None
         if len(plan) == 2 and confirm:
@@ -222,16 +259,17 @@ def compare(
         elif b.run is not None:
             # a stored B: replay the confirmations its bench stored (same verdicts as the bench's)
             remeasure = stored_remeasure(b.run.confirmations)
-        run_a = a.run if a.run is not None else firsts["A"]
-        run_b = b.run if b.run is not None else firsts["B"]
         result = compare_runs(
             a_rows, b_rows, run_a, run_b, settings,
             a_label=a.label, b_label=b.label, margins=margins, a_stored=a.run is not None,
             remeasure=remeasure, strict_env=strict_env, echo=echo,
             partial=b.run is not None and stored_partial(b.run.metas),   # as its bench gated it
-            notes=(f"noise margins from {rounds} interleaved rounds per side (A/A spread)",))
+            notes=(f"noise margins from {rounds} interleaved rounds per side (A/A spread)",)
+            + ((f"{len(extended)} undecided row(s) measured in "
+                f"{rounds + settings.ab_extra_rounds} rounds, their margins the standard "
+                "error of the rounds' means",) if extended else ()))
         if a.run is not None and b.run is not None:
             # a stored run against its stored baseline: replay the job's A/B readings
             for meta in b.run.metas.values():
                 result = apply_ab(result, record_for(meta, a.run.environment.commit))
-    return CompareOutcome(result, tuple(a_rows), tuple(b_rows), a, b)
+    return CompareOutcome(result, tuple(a_rows), tuple(b_rows), a, b, extended)

@@ -45,7 +45,7 @@ AB_KEY = "ab_confirm"
 #: A/B verdicts that clear a stored-baseline SLOWER; any other (SLOWER, AMBIGUOUS,
 #: MISSING, ERROR, ...) leaves the row failing
 CLEARING = (Verdict.SAME.value, Verdict.FASTER.value)
-AB_RECORD_VERSION = 2   # 2: each row's threshold
+AB_RECORD_VERSION = 3   # 2: each row's threshold; 3: each row's rounds
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,10 @@ class ABRow:
     baseline's commit, ``change`` = current / baseline - 1 of the pooled medians, and
     ``threshold``, the move it had to exceed (max(min_effect, the A/B rounds' own noise
     margin for the row)): a slowdown under it cannot be confirmed on that row (NaN in a
-    record of version 1, which did not store it)."""
+    record of version 1, which did not store it). ``rounds``: the interleaved rounds per
+    side the row was judged on, when more than the record's (an undecided row measured
+    again, its threshold then the standard error of the rounds' means); 0 = the
+    record's."""
 
     case_id: str
     path: str
@@ -62,6 +65,7 @@ class ABRow:
     verdict: str
     change: float
     threshold: float = math.nan
+    rounds: int = 0
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -85,7 +89,8 @@ class ABRecord:
                 "current_commit": self.current_commit, "rounds": self.rounds,
                 "rows": {"|".join(r.key): {"verdict": r.verdict,
                                            "change": _finite(r.change),
-                                           "threshold": _finite(r.threshold)}
+                                           "threshold": _finite(r.threshold),
+                                           **({"rounds": r.rounds} if r.rounds else {})}
                          for r in self.rows}}
 
     @classmethod
@@ -98,7 +103,8 @@ class ABRecord:
                 change, threshold = v.get("change"), v.get("threshold")
                 rows.append(ABRow(case_id, path, mode, str(v["verdict"]),
                                   math.nan if change is None else float(change),
-                                  math.nan if threshold is None else float(threshold)))
+                                  math.nan if threshold is None else float(threshold),
+                                  int(v.get("rounds", 0))))
             return cls(str(d["matrix"]), str(d["baseline_commit"]), str(d["current_commit"]),
                        int(d["rounds"]), tuple(rows), int(d.get("version", AB_RECORD_VERSION)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -172,6 +178,8 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
             out.append(v)
             continue
         limit = f", threshold {ab.threshold:.2%}" if math.isfinite(ab.threshold) else ""
+        if ab.rounds:
+            limit += f" after {ab.rounds} rounds, from the standard error of their means"
         said = f"{against}: {ab.change:+.2%} ({ab.verdict}{limit})"
         if v.verdict == Verdict.SAME and not v.fails and v.current is not None:
             if ab.verdict == Verdict.SLOWER.value:      # inside the margin, slower here

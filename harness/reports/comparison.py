@@ -9,11 +9,15 @@ warnings first among the result's notes (the report header).
 
 Helpers for sides measured in several rounds (``harness compare`` on git revisions,
 ``harness.commands.compare``): ``pool_rows`` pools the rounds of one side (samples
-concatenated) and ``round_margins`` turns their A/A spread into per-case noise margins.
+concatenated) and ``round_margins`` turns their A/A spread into per-case noise margins;
+``undecided`` names the rows that more rounds could decide, and ``extended_margins`` gives
+those rows, once measured in more rounds, the standard error of the rounds' means as their
+margin.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -27,9 +31,9 @@ from ..results.environment import (
 )
 from ..results.schema import Key, ResultRow
 from ..results.store import Run
-from .gate import evaluate
-from .stats import noise_margins, with_samples
-from .verdicts import GateResult, Remeasure
+from .gate import evaluate, row_fails
+from .stats import mean_difference_margins, noise_margins, with_samples
+from .verdicts import GateResult, Remeasure, Verdict
 
 
 def pool_rows(runs: Sequence[Sequence[ResultRow]]) -> list[ResultRow]:
@@ -56,6 +60,32 @@ def _medians(rows: Sequence[ResultRow]) -> dict[Key, float]:
 def round_margins(rounds: Sequence[Sequence[ResultRow]], floor: float) -> dict[Key, float]:
     """Noise margins from a side's own rounds (A/A), when there are at least two."""
     return noise_margins([_medians(r) for r in rounds], floor) if len(rounds) >= 2 else {}
+
+
+def undecided(result: GateResult, settings: Settings) -> list[Key]:
+    """Gating rows the rounds left SAME or AMBIGUOUS while their median moved up beyond
+    ``settings.ab_screen``: a slowdown there may be real but hidden by the row's noise
+    (its margin, from one round's spread, can exceed min_effect) or by too few samples.
+    More rounds of these rows, judged by ``extended_margins``, decide them."""
+    return [v.key for v in result.verdicts
+            if v.verdict in (Verdict.SAME, Verdict.AMBIGUOUS) and v.current is not None
+            and v.current.status == "ok" and math.isfinite(v.time_change)
+            and v.time_change > settings.ab_screen
+            and row_fails(Verdict.SLOWER, v.role, v.mode, settings)]
+
+
+def extended_margins(a_rounds: Sequence[Sequence[ResultRow]],
+                     b_rounds: Sequence[Sequence[ResultRow]], keys: Sequence[Key],
+                     settings: Settings) -> dict[Key, float]:
+    """The margins of ``keys`` measured in every round of both sides: the one-sided
+    ``settings.alpha`` bound of the difference of the rounds' means
+    (``stats.mean_difference_margins``), at least ``settings.noise_margin_floor``."""
+    wanted = set(keys)
+
+    def medians(rounds):
+        return [{k: m for k, m in _medians(r).items() if k in wanted} for r in rounds]
+    return mean_difference_margins(medians(a_rounds), medians(b_rounds), settings.alpha,
+                                   settings.noise_margin_floor)
 
 
 def stored_margins(run: Run) -> dict[Key, float]:

@@ -86,9 +86,18 @@ def test_a_reading_names_the_move_it_had_to_exceed_where_the_record_holds_it():
     rows = tuple(ABRow(*v.key, "SAME", 0.041, 0.066) for v in _gate().failures)
     rec = ABRecord("synthetic", "b" * 40, "c" * 40, 3, rows)
     d = rec.to_dict()
-    assert d["version"] == 2 and ABRecord.from_dict(d) == rec
+    assert d["version"] == 3 and ABRecord.from_dict(d) == rec
     said = [r for v in apply_ab(_gate(), rec).verdicts for r in v.reasons if "A/B" in r]
     assert said and all("+4.10% (SAME, threshold 6.60%)" in r for r in said)
+    # a row judged on more rounds than the record's says how many, and on what threshold
+    more = ABRecord("synthetic", "b" * 40, "c" * 40, 3,
+                    tuple(replace(r, verdict="SLOWER", rounds=7) for r in rows))
+    assert ABRecord.from_dict(more.to_dict()) == more
+    said = [r for v in apply_ab(_gate(), more).verdicts for r in v.reasons if "A/B" in r]
+    assert said and all("threshold 6.60% after 7 rounds, from the standard error" in r
+                        for r in said)
+    # a version-2 record has no rounds: each row read as judged on the record's rounds
+    assert all(r.rounds == 0 for r in ABRecord.from_dict({**d, "version": 2}).rows)
     # a version-1 record (2026-12-04 and before) has no threshold: read as NaN, not named
     for row in d["rows"].values():
         del row["threshold"]

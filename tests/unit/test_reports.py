@@ -335,8 +335,9 @@ def test_compare_revisions_interleaves_and_cleans_up(repo, tmp_path):
 
 def test_compare_remeasures_ambiguous_rows_interleaved(repo, tmp_path):
     fake = FakeBench(first_rounds_samples=2)  # too few samples for any test: moved rows AMBIGUOUS
-    out = compare("HEAD~1", "HEAD", S, work_dir=tmp_path / "cmp", repo=repo, matrix="synthetic",
-                  rounds=2, runner=fake, echo=lambda s: None)
+    # without extra rounds (tests/unit/test_ab_extra_rounds.py has them): one remeasure round
+    out = compare("HEAD~1", "HEAD", replace(S, ab_extra_rounds=0), work_dir=tmp_path / "cmp",
+                  repo=repo, matrix="synthetic", rounds=2, runner=fake, echo=lambda s: None)
     extra = fake.calls[4:]
     assert [c.label for c in extra] == ["A", "B"]
     assert all(c.out_dir.parent.name == "remeasure" for c in extra)
