@@ -35,6 +35,12 @@ def summarize(run_dir: Path, plant: str | None, mode: str) -> list[str]:
         if ab:
             got = Counter(v["verdict"] for v in ab["rows"].values())
             line += f"; A/B ({ab['rounds']} rounds vs {ab['baseline_commit'][:12]}): {dict(got)}"
+            more = {k: v for k, v in ab["rows"].items() if v.get("rounds")}
+            if more:    # undecided after the first rounds, judged on more (record version 3)
+                line += "; extra rounds: " + ", ".join(
+                    f"{k} {v['verdict']} {_pct(v.get('change'), '+')} (threshold "
+                    f"{_pct(v.get('threshold'))}, {v['rounds']} rounds)"
+                    for k, v in sorted(more.items()))
         if plant:
             mine = {k: v for k, v in verdicts.items()
                     if k.split("|")[1] == plant and k.split("|")[2] == mode}
@@ -52,6 +58,11 @@ def summarize(run_dir: Path, plant: str | None, mode: str) -> list[str]:
         lines.append(f"{run_dir} job: exit {job.get('exit_code')}; " + ", ".join(
             f"{k} {v:.0f} s" for k, v in took.items() if isinstance(v, (int, float))))
     return lines
+
+
+def _pct(x, sign: str = "") -> str:
+    """A stored fraction as a percentage ('n/a' for a missing one: NaN is stored as null)."""
+    return "n/a" if x is None else f"{x:{sign}.2%}"
 
 
 def _per_gpu(csv_path: Path, verdicts: dict[str, str]) -> str:

@@ -12,9 +12,12 @@ more. The statistic itself is checked against a hand computation."""
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -29,6 +32,7 @@ from harness.reports.verdicts import Verdict
 from harness.results.environment import Environment
 from harness.results.store import RunMeta, write_run
 
+ROOT = Path(__file__).resolve().parents[2]
 S = load_settings("default")
 BASE = make_rows(ms=(1, 16), seed=5, peers=())
 NOISY = next(r.key for r in BASE if r.path == "fp16_cache" and r.M == 16)
@@ -158,3 +162,26 @@ def test_the_margin_is_t_times_the_standard_error_of_the_difference_of_means():
     assert more < got
     assert mean_difference_margins(a, b, 0.01, floor=0.5)[("c", "p", "graph")] == 0.5
     assert mean_difference_margins(a[:1], b, 0.01, floor=0.0) == {}
+
+
+def test_the_acceptance_summary_lists_the_rows_judged_on_extra_rounds(tmp_path):
+    """scripts/acceptance_summary.py names each row an A/B judged on more rounds, with its
+    reading and threshold (a null threshold, NaN stored, reads n/a)."""
+    run = tmp_path / "sm90"
+    run.mkdir()
+    gate = {"verdicts": {"c0|fp16_cache|graph": "SLOWER", "c1|fp16_cache|graph": "SLOWER"},
+            "failing": {"SLOWER": 2}, "exit_code": 1}
+    rows = {"c0|fp16_cache|graph": {"verdict": "SLOWER", "change": 0.052, "threshold": 0.03},
+            "c1|fp16_cache|graph": {"verdict": "SLOWER", "change": 0.047, "threshold": None,
+                                    "rounds": 7}}
+    ab = {"version": 3, "matrix": "production", "baseline_commit": "a" * 40,
+          "current_commit": "b" * 40, "rounds": 3, "rows": rows}
+    (run / "production.json").write_text(json.dumps({"extra": {"gate": gate,
+                                                                "ab_confirm": ab}}))
+    said = subprocess.run([sys.executable, str(ROOT / "scripts" / "acceptance_summary.py"),
+                           str(run), "--plant", "fp16_cache"], capture_output=True, text=True,
+                          check=True).stdout
+    assert "A/B (3 rounds vs aaaaaaaaaaaa): {'SLOWER': 2}" in said
+    assert "extra rounds: c1|fp16_cache|graph SLOWER +4.70% (threshold n/a, 7 rounds)" in said
+    assert "c0|fp16_cache|graph SLOWER" not in said
+    assert "2/2 SLOWER (100.0%)" in said
