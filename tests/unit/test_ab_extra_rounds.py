@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy import stats as sps
+from speed_repos import git, speed_repo
 
 from harness.commands.bench_runner import BenchRequest
 from harness.commands.compare import compare
@@ -43,28 +44,16 @@ OFFSETS = {"A": [1.00, 1.06, 1.02, 1.00, 0.99, 1.00, 1.005],
            "B": [1.00, 0.985, 1.01, 1.00, 1.01, 0.995, 1.00]}
 
 
-def _git(repo, *args):
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 @pytest.fixture()
 def repo(tmp_path):
-    """Two commits whose speed.txt says how much slower the noisy row is at HEAD."""
-    r = tmp_path / "repo"
-    r.mkdir()
-    _git(r, "init", "-q")
-    _git(r, "config", "user.email", "t@t")
-    _git(r, "config", "user.name", "t")
-    (r / "speed.txt").write_text("1.00\n")
-    _git(r, "add", ".")
-    _git(r, "commit", "-qm", "a")
-    return r
+    """A base commit; each test adds HEAD, whose speed.txt says how much slower the noisy
+    row is there."""
+    return speed_repo(tmp_path / "repo", "1.00")
 
 
 def _head(repo, speed: str) -> None:
     (repo / "speed.txt").write_text(speed + "\n")
-    _git(repo, "commit", "-qam", "b", "--allow-empty")
+    git(repo, "commit", "-qam", "b", "--allow-empty")
 
 
 class NoisyBench:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from speed_repos import git, speed_repo
 
 from harness.commands.compare import (
     BenchRequest,
@@ -265,24 +266,9 @@ def test_bench_command_line():
         "--paths", "marlin_asym,fp16_cache", "--mode", "graph", "--no-compare", "--out", "/o"]
 
 
-def _git(repo, *args):
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
-
-
 @pytest.fixture()
 def repo(tmp_path):
-    r = tmp_path / "repo"
-    r.mkdir()
-    _git(r, "init", "-q")
-    _git(r, "config", "user.email", "t@t")
-    _git(r, "config", "user.name", "t")
-    (r / "speed.txt").write_text("1.00\n")
-    _git(r, "add", ".")
-    _git(r, "commit", "-qm", "a")
-    (r / "speed.txt").write_text("1.05\n")
-    _git(r, "commit", "-qam", "b")
-    return r
+    return speed_repo(tmp_path / "repo", "1.00", "1.05")
 
 
 class FakeBench:
@@ -296,7 +282,7 @@ class FakeBench:
 
     def __call__(self, req: BenchRequest) -> None:
         self.calls.append(req)
-        assert _git(req.worktree, "rev-parse", "HEAD") == req.revision
+        assert git(req.worktree, "rev-parse", "HEAD") == req.revision
         factor = float((req.worktree / "speed.txt").read_text())
         n = 60 if req.out_dir.parent.name == "remeasure" else self.n
         rows = resample(self.base, seed=len(self.calls), factor={"marlin_asym": factor})
@@ -323,7 +309,7 @@ def test_compare_revisions_interleaves_and_cleans_up(repo, tmp_path):
     assert all(c.matrix == "synthetic" for c in fake.calls)
     assert len({c.worktree for c in fake.calls}) == 2
     assert not any(c.worktree.exists() for c in fake.calls)
-    assert _git(repo, "worktree", "list").count("\n") == 0  # only the main checkout is left
+    assert git(repo, "worktree", "list").count("\n") == 0  # only the main checkout is left
     result = out.result
     assert {v.verdict for v in result.verdicts if v.path == "marlin_asym"} == {Verdict.SLOWER}
     assert all(v.remeasured for v in result.verdicts if v.path == "marlin_asym")
