@@ -14,7 +14,7 @@
 #   summary scripts/acceptance_summary.py on each stored run (planted share with PLANT)
 #   testsgpu `nox -s tests-gpu`; fleet: the fleet build's SASS test (issue 19);
 #           bisect: scripts/bisect_acceptance.sh (issue 20; needs FROM_BUNDLE);
-#           kernels: `harness study kernels` warm and --cold-l2 (issue 21), CSVs under $OUT;
+#           kernels: `harness study kernels` warm and --cold-l2 (issue 21; KERNELS_ARGS), CSVs under $OUT;
 #           gputests: pytest $GPU_TESTS; correction: `harness study correction` (issue 21)
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
 #   shard   issue 22, all four of: shardtest (tests/gpu/test_bench_shard_gpu.py: two workers
@@ -125,7 +125,8 @@ fi
 [[ $steps == *" fleet "* ]] && step fleet python3 -m pytest -v -m slow tests/gpu/test_fleet_build_gpu.py
 [[ $steps == *" bisect "* ]] && step bisect bash scripts/bisect_acceptance.sh "$res/bisect"
 [[ $steps == *" kernels "* ]] && step kernels python3 -m harness study kernels --out "$out/$tag-kernels.csv" \
-  && step kernels-cold python3 -m harness study kernels --cold-l2 --out "$out/$tag-kernels-cold.csv"
+  ${KERNELS_ARGS:-} && step kernels-cold python3 -m harness study kernels --cold-l2 \
+  --out "$out/$tag-kernels-cold.csv" ${KERNELS_ARGS:-}
 # shard (issue 22): shardtest, shardaa, shardone and shardplanted, each also by its own name
 # (the four together may not fit one 600-s call); the last three need several GPUs
 want() { [[ $steps == *" $1 "* || $steps == *" shard "* ]]; }

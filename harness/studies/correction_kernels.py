@@ -19,8 +19,9 @@ included, and ``copy_ratio`` = time / max(floor, copy) says how far a kernel is 
 variants and their kernels (``VARIANT_KERNELS``): ``two_kernel_lean`` (the seed's
 a_group_sum_kernel and correction_accum_kernel), ``side_stream`` (asum_kernel, then
 corr_tile_kernel reading a_sum; alone here, so asum does not share the GPU with Marlin),
-``fused`` (corr_tile_kernel summing A in-block) and ``stream`` (asum_flat_*_kernel, then
-corr_stream_kernel). ``--cold-l2`` overwrites a buffer of
+``fused`` (corr_tile_kernel summing A in-block), ``stream`` (asum_flat_*_kernel, then
+corr_stream_kernel or corr_tile_kernel) and ``wide`` (asum_flat_*_kernel, then
+corr_wide_kernel, or corr_stream_kernel at M = 1 and G = 1). ``--cold-l2`` overwrites a buffer of
 twice the L2 between calls (its kernels are not counted), so A, C and delta come from DRAM;
 by default they may sit in L2, as they partly do after Marlin in the real path (Marlin
 has just read A and written C).
@@ -51,6 +52,7 @@ from .crosscheck import profiled_spans
 
 #: profiler kernel-name fragment -> the study's kernel name (longest fragments first)
 KERNEL_NAMES = (("corr_stream_split_kernel", "corr_stream"), ("corr_stream_kernel", "corr_stream"),
+                ("corr_wide_kernel", "corr_wide"),
                 ("asum_flat", "asum_flat"),
                 ("correction_accum_kernel", "correction_accum"),
                 ("a_group_sum_kernel", "a_group_sum"),
@@ -59,10 +61,12 @@ KERNEL_NAMES = (("corr_stream_split_kernel", "corr_stream"), ("corr_stream_kerne
 #: variant -> its kernels, in launch order; fused's corr_tile sums A itself ("+sum"); "a|b":
 #: the variant launches one of them by shape (stream: corr_tile for grouped weights at
 #: 2 <= M <= 256 and >= 32 groups per row at M > 1, ``stream_takes_tile`` in
-#: ``correction_variant_stream.cu``), the row is named by the one that ran
+#: ``correction_variant_stream.cu``; wide: corr_wide at M >= 2 with G >= 2, else stream's
+#: corr_stream), the row is named by the one that ran
 VARIANT_KERNELS = {"two_kernel_lean": ("a_group_sum", "correction_accum"),
                    "side_stream": ("asum", "corr_tile"), "fused": ("corr_tile+sum",),
-                   "stream": ("asum_flat", "corr_stream|corr_tile")}
+                   "stream": ("asum_flat", "corr_stream|corr_tile"),
+                   "wide": ("asum_flat", "corr_wide|corr_stream")}
 
 
 def stage_kernel(spec: str, medians) -> str:
@@ -90,7 +94,7 @@ def kernel_bytes(kernel: str, M: int, N: int, K: int, group_size: int) -> int:
     a, c, a_sum, delta = 2 * M * K, 2 * M * N, 4 * M * G, 4 * G * N
     table = {"a_group_sum": a + a_sum, "asum": a + a_sum, "asum_flat": a + a_sum,
              "correction_accum": 2 * c + a_sum + delta, "corr_tile": 2 * c + a_sum + delta,
-             "corr_stream": 2 * c + a_sum + delta,
+             "corr_stream": 2 * c + a_sum + delta, "corr_wide": 2 * c + a_sum + delta,
              "corr_tile+sum": 2 * c + a + delta, "empty": 0}
     if kernel not in table:
         raise ValueError(f"kernel {kernel!r} is not one of {', '.join(table)}")

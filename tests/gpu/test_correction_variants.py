@@ -34,7 +34,9 @@ PARITY = MATRICES.cases("parity")
 EXT_CORRECTIONS = [v for v in cv.CORRECTIONS if v != "two_kernel"]
 TILED = ("side_stream", "fused", "fused_pdl")
 #: Variants whose correction runs alone (``correction_variant``) and takes the planted flags.
-ALONE = ("two_kernel_lean", "side_stream", "fused", "fused_pdl", "stream")
+ALONE = ("two_kernel_lean", "side_stream", "fused", "fused_pdl", "stream", "wide")
+#: The variants with asum_flat's group sums and their own accumulations.
+FLAT = ("stream", "wide")
 
 
 def _cases(tag):
@@ -154,16 +156,20 @@ def test_tiled_kernels_agree_bit_for_bit(M, gs, K, ext, cuda_device):
     assert float(correction_ulps(outs["fused"], C0, ref - C0.double()).max()) <= 2.0
 
 
+@pytest.mark.parametrize("variant", FLAT)
 @pytest.mark.parametrize("M", [1, 2, 3, 8, 13, 16, 40, 64, 100, 128, 300])
 @pytest.mark.parametrize("gs,K", [(128, 2048), (2048, 2048), (128, 8192), (8192, 8192),
-                                  (64, 1024), (4096, 8192)])
-def test_stream_kernels_within_2_ulp_and_repeatable(M, gs, K, ext, cuda_device):
+                                  (64, 1024), (4096, 8192), (1024, 6144)])
+def test_stream_kernels_within_2_ulp_and_repeatable(variant, M, gs, K, ext, cuda_device):
     """stream's kernels over every branch of their launch: small groups (vpg 8, 16: one
     and four passes), large groups (vpg 256: a warp per group; 512, 1024: a block per
     group), the decode kernel (M = 1 at every G; M <= 16 at G = 1), corr_tile where
     ``stream_takes_tile`` routes it (G > 1 at 2 <= M <= 256, G >= 32 above) and
     corr_stream's RM 1, 2 and 4 (M < 64, < 128, >= 128; G = 1, and G < 32 at M = 300),
-    several column blocks; same bits twice."""
+    several column blocks; same bits twice. wide's: corr_wide_kernel at M >= 2, G >= 2
+    with RM 1, 2, 4 (by M and N), G % 4 == 0 (the 16-byte a_sum loads) and G = 6 (one
+    group at a time), rows past M inside a warp (M = 3, 13, 100, 300), N = 1024 (four
+    column blocks) and 8192; stream's kernels at M = 1 and G = 1."""
     gen = torch.Generator(device=cuda_device).manual_seed(M * 11 + gs + K)
     N = 8192 if M in (100, 300) else 1024
     # any delta [K / gs, N] will do (the kernels never branch on values); a Marlin pack
@@ -174,7 +180,7 @@ def test_stream_kernels_within_2_ulp_and_repeatable(M, gs, K, ext, cuda_device):
     outs = []
     for _ in range(2):
         C = C0.clone()
-        ext.correction_variant(A, C, delta, cv.ext_id("stream"))
+        ext.correction_variant(A, C, delta, cv.ext_id(variant))
         outs.append(C)
     torch.cuda.synchronize()
     assert torch.equal(outs[0], outs[1]), "not bitwise repeatable"
@@ -182,14 +188,39 @@ def test_stream_kernels_within_2_ulp_and_repeatable(M, gs, K, ext, cuda_device):
     assert float(correction_ulps(outs[0], C0, ref - C0.double()).max()) <= 2.0
 
 
+@pytest.mark.parametrize("M", [300, 1024])
+@pytest.mark.parametrize("N", [1024, 2176])
+def test_wide_and_stream_agree_bit_for_bit_where_both_sum_in_order(M, N, ext, cuda_device):
+    """At M > 256 with G = 16 stream accumulates with corr_stream_kernel and wide with
+    corr_wide_kernel: both add the groups in order g = 0 .. G - 1 in fp32 from the same
+    a_sum, so their outputs are the same bits (N = 2176: a last block of 128 columns, whose
+    lanes have no second quad)."""
+    gen = torch.Generator(device=cuda_device).manual_seed(M + N)
+    K, gs = 2048, 128
+    delta = torch.randn(K // gs, N, device=cuda_device, generator=gen) * 2e-3
+    A = torch.randn(M, K, device=cuda_device, generator=gen).half()
+    C0 = torch.randn(M, N, device=cuda_device, generator=gen).half()
+    outs = {}
+    for v in FLAT:
+        C = C0.clone()
+        ext.correction_variant(A, C, delta, cv.ext_id(v))
+        outs[v] = C
+    torch.cuda.synchronize()
+    assert torch.equal(outs["stream"], outs["wide"])
+    ref = apply_marlin_correction(C0, A, delta, gs)
+    assert float(correction_ulps(outs["wide"], C0, ref - C0.double()).max()) <= 2.0
+
+
+@pytest.mark.parametrize("variant", FLAT)
 @pytest.mark.parametrize("flags", [1, 2], ids=["fp16_accum", "skip_last_tile"])
-@pytest.mark.parametrize("M", [1, 8])
-def test_stream_decode_kernel_catches_the_planted_flags(M, flags, ext, cuda_device):
+@pytest.mark.parametrize("M", [1, 8, 64])
+def test_stream_decode_kernel_catches_the_planted_flags(variant, M, flags, ext, cuda_device):
     """stream's accumulation at decode honours both planted flags: fp16 accumulation
     (G = 32 products of |a_sum| ~ 11 x |delta| ~ 0.05, C = 0, so the error is the
     correction's own) and the last 128 columns left alone. M = 1 runs the decode split
     kernel (G over the idle row slots); M = 8 with G = 32 is routed to corr_tile
-    (``stream_takes_tile``), which must honour them too."""
+    (``stream_takes_tile``), which must honour them too; wide at M = 8 and 64 runs
+    corr_wide_kernel (RM 1 and 2)."""
     gen = torch.Generator(device=cuda_device).manual_seed(M + 10 * flags)
     K, gs, N = 4096, 128, 1024
     delta = torch.randn(K // gs, N, device=cuda_device, generator=gen) * 0.05
@@ -197,23 +228,25 @@ def test_stream_decode_kernel_catches_the_planted_flags(M, flags, ext, cuda_devi
     C0 = torch.zeros(M, N, device=cuda_device).half()
     corr = apply_marlin_correction(C0, A, delta, gs) - C0.double()
     C = C0.clone()
-    ext.correction_variant(A, C, delta, cv.ext_id("stream"), flags)
+    ext.correction_variant(A, C, delta, cv.ext_id(variant), flags)
     torch.cuda.synchronize()
     assert float(correction_ulps(C, C0, corr).max()) > 2.0
     C = C0.clone()
-    ext.correction_variant(A, C, delta, cv.ext_id("stream"), 0)
+    ext.correction_variant(A, C, delta, cv.ext_id(variant), 0)
     torch.cuda.synchronize()
     assert float(correction_ulps(C, C0, corr).max()) <= 2.0
 
 
-def test_stream_refuses_a_group_it_cannot_cut(ext, cuda_device):
+@pytest.mark.parametrize("variant", FLAT)
+def test_stream_refuses_a_group_it_cannot_cut(variant, ext, cuda_device):
     """A group of 384 (48 vectors: neither a divisor of 32 nor a multiple) is refused in
-    one line naming what the kernels need, before anything is launched."""
+    one line naming what the kernels need, before anything is launched (wide shares
+    stream's group sums)."""
     A = torch.randn(4, 1536, device=cuda_device).half()
     C = torch.zeros(4, 1024, device=cuda_device).half()
     delta = torch.zeros(4, 1024, device=cuda_device)
     with pytest.raises(RuntimeError, match="stream correction needs a group size"):
-        ext.correction_variant(A, C, delta, cv.ext_id("stream"))
+        ext.correction_variant(A, C, delta, cv.ext_id(variant))
 
 
 @pytest.mark.parametrize("flags", [1, 2], ids=["fp16_accum", "skip_last_tile"])

@@ -50,9 +50,11 @@ cudaError_t launch_asum(const CorrectionProblem& p, float* a_sum, cudaStream_t s
 }
 
 // a_sum on the side stream while Marlin runs on `stream`; joined before the accumulation.
-// `flat`: the stream variant (correction_variant_stream.cu) with the same sequence.
+// `accum`: side_stream's, or the stream / wide variants' (a_sum by asum_flat) with the same
+// sequence.
 int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, MarlinLauncher marlin,
-                         cudaStream_t stream, cudaError_t* err, bool flat) {
+                         cudaStream_t stream, cudaError_t* err, SideAccum accum) {
+  const bool flat = accum != kAccumTile;
   float* a_sum = nullptr;
   cudaError_t e = ensure_scratch(p.device, static_cast<size_t>(p.M) * p.G * sizeof(float),
                                  is_capturing(stream), &a_sum);
@@ -68,7 +70,9 @@ int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, Marli
   if (side_err == cudaSuccess) side_err = e != cudaSuccess ? e : je;
   if (side_err != cudaSuccess && *err == cudaSuccess) *err = side_err;
   if (rc != 0 || *err != cudaSuccess) return rc;
-  e = flat ? launch_stream(p, a_sum, stream) : launch_tile(p, a_sum, false, false, stream);
+  e = accum == kAccumWide     ? launch_wide(p, a_sum, stream)
+      : accum == kAccumStream ? launch_stream(p, a_sum, stream)
+                              : launch_tile(p, a_sum, false, false, stream);
   if (e != cudaSuccess) *err = e;
   return 0;
 }

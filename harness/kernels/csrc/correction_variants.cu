@@ -20,6 +20,8 @@
 //  * two_kernel_lean and graph (correction_variant_graph.cu) reuse the seed's kernels.
 //  * stream (correction_variant_stream.cu): side_stream's sequence with a_sum cut by group
 //    (asum_flat_*) and an accumulation without shared memory or barriers (corr_stream_kernel).
+//  * wide (correction_variant_wide.cu): stream's sequence with corr_wide_kernel (a warp per
+//    256 columns of RM rows) accumulating at M >= 2, G >= 2.
 //
 // This file is the driver (run_marlin_asym_variant): Marlin through a callback (the quanto
 // glue lives in torch_ops.cpp), then the variant's correction. Per-device resources live
@@ -115,7 +117,7 @@ using namespace corr_detail;
 const char* correction_variant_name(int variant) {
   static const char* const names[kVariantCount] = {
       "marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl", "empty", "empty_pdl",
-      "stream"};
+      "stream", "wide"};
   return variant >= 0 && variant < kVariantCount ? names[variant] : nullptr;
 }
 
@@ -132,13 +134,15 @@ const char* correction_problem_unsupported(const CorrectionProblem& p, int varia
   if (p.M < 0 || p.N <= 0 || p.K <= 0 || p.G <= 0) return "empty or negative problem dimensions";
   if (p.K % p.G != 0) return "the number of groups must divide K";
   const bool tiled = variant == kVariantSideStream || variant == kVariantFused ||
-                     variant == kVariantFusedPdl || variant == kVariantStream;
+                     variant == kVariantFusedPdl || variant == kVariantStream ||
+                     variant == kVariantWide;
   if (!tiled) return nullptr;
   if ((p.K / p.G) % 8 != 0) return "the tiled corrections need a group size that is a multiple of 8";
   if (p.N % 8 != 0) return "the tiled corrections need N % 8 == 0";
   if (!aligned16(p.A) || !aligned16(p.C) || !aligned16(p.delta))
     return "the tiled corrections need 16-byte aligned A, C and delta";
   if (variant == kVariantStream) return stream_unsupported(p);
+  if (variant == kVariantWide) return wide_unsupported(p);
   const TileConfig c = tile_config(p, variant != kVariantSideStream);
   if (c.smem > static_cast<size_t>(smem_optin(p.device)))
     return "too many groups for the tiled correction's shared memory";
@@ -168,7 +172,9 @@ int run_marlin_asym_variant(int variant, const CorrectionProblem& p, const Marli
     case kVariantSideStream:
       return side_stream_sequence(p, &mc, marlin, stream, err);
     case kVariantStream:
-      return side_stream_sequence(p, &mc, marlin, stream, err, true);
+      return side_stream_sequence(p, &mc, marlin, stream, err, kAccumStream);
+    case kVariantWide:
+      return side_stream_sequence(p, &mc, marlin, stream, err, kAccumWide);
     case kVariantFused:
     case kVariantFusedPdl:
     case kVariantEmpty:
@@ -206,7 +212,10 @@ cudaError_t run_correction_variant(int variant, const CorrectionProblem& p, cuda
     }
     case kVariantSideStream:
     case kVariantStream:
-      side_stream_sequence(p, nullptr, nullptr, stream, &err, variant == kVariantStream);
+    case kVariantWide:
+      side_stream_sequence(p, nullptr, nullptr, stream, &err,
+                           variant == kVariantStream ? kAccumStream
+                           : variant == kVariantWide ? kAccumWide : kAccumTile);
       return err;
     case kVariantFused:
     case kVariantFusedPdl:

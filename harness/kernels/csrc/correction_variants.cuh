@@ -13,6 +13,7 @@
 //                                        floors (empty_kernel)
 //   correction_variant_stream.cu         stream: per-group a_sum kernels (asum_flat_*) and
 //                                        the barrier-free accumulation (corr_stream_kernel)
+//   correction_variant_wide.cu           wide: corr_wide_kernel (a warp per 256 columns)
 // This header holds what more than one of them needs: constants, the device helpers of
 // the a_sum stage, the launch configurations and the per-device state.
 #pragma once
@@ -192,9 +193,11 @@ int graph_variant(const CorrectionProblem& p, const MarlinCall& mc, MarlinLaunch
 // correction_variant_side_stream.cu: a_sum into `a_sum` on `stream`, and the side_stream
 // variant (Marlin when `mc` is not null, a_sum beside it, then the tiled accumulation).
 cudaError_t launch_asum(const CorrectionProblem& p, float* a_sum, cudaStream_t stream);
-// `flat`: the stream variant's kernels (launch_asum_flat, launch_stream) instead.
+// The accumulation after the join: side_stream's corr_tile (a_sum by asum_kernel), or with
+// a_sum by asum_flat, stream's (launch_stream) or wide's (launch_wide).
+enum SideAccum : int { kAccumTile = 0, kAccumStream = 1, kAccumWide = 2 };
 int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, MarlinLauncher marlin,
-                         cudaStream_t stream, cudaError_t* err, bool flat = false);
+                         cudaStream_t stream, cudaError_t* err, SideAccum accum = kAccumTile);
 // correction_variant_fused.cu: the tiled accumulation (kSum: a_sum computed in-block from
 // A; else read from a_sum), and one empty kernel (PDL when `pdl`).
 cudaError_t launch_tile(const CorrectionProblem& p, const float* a_sum, bool sum_in_block, bool pdl,
@@ -205,6 +208,12 @@ cudaError_t launch_empty_impl(bool pdl, cudaStream_t stream);
 const char* stream_unsupported(const CorrectionProblem& p);
 cudaError_t launch_asum_flat(const CorrectionProblem& p, float* a_sum, cudaStream_t stream);
 cudaError_t launch_stream(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream);
+// correction_variant_wide.cu: whether corr_wide_kernel takes `p` (M >= 2, G >= 2; else
+// launch_wide runs launch_stream), why the wide variant cannot (nullptr: it can), and the
+// accumulation reading a_sum.
+bool wide_takes(const CorrectionProblem& p);
+const char* wide_unsupported(const CorrectionProblem& p);
+cudaError_t launch_wide(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream);
 
 }  // namespace corr_detail
 }  // namespace harness_int4

@@ -87,7 +87,9 @@ enum CorrectionVariant : int {
   kVariantEmptyPdl = 7,       // Marlin + an empty kernel launched with PDL
   kVariantStream = 8,         // side_stream's sequence with the per-group a_sum kernels and the
                               // barrier-free accumulation (correction_variant_stream.cu)
-  kVariantCount = 9
+  kVariantWide = 9,           // stream's sequence with the wide accumulation at M >= 2, G >= 2
+                              // (a warp per 256 columns of RM rows; correction_variant_wide.cu)
+  kVariantCount = 10
 };
 
 // Marlin's arguments, so the variant drivers can launch (and capture) it via a callback.

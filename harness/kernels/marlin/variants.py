@@ -8,7 +8,8 @@ modified. The CUDA side is ``csrc/correction_variants.cu`` (the driver: ids = po
 file per variant family: ``correction_variant_graph.cu`` (two_kernel_lean, graph),
 ``correction_variant_side_stream.cu`` (side_stream's a_sum), ``correction_variant_fused.cu``
 (the tiled kernel of side_stream / fused / fused_pdl, and the empty floors),
-``correction_variant_stream.cu`` (stream's two kernels).
+``correction_variant_stream.cu`` (stream's two kernels), ``correction_variant_wide.cu``
+(wide's accumulation).
 
 Extension point: a new variant is one id in ``CorrectionVariant`` (harness_kernels.h),
 its name in ``correction_variant_name`` and a branch in ``run_marlin_asym_variant``
@@ -35,7 +36,7 @@ DEFAULT_VARIANT = "auto"
 #: Variant ids of the extension's ``marlin_asym_variant`` (index = id). Keep in step with
 #: ``CorrectionVariant`` in csrc/harness_kernels.h.
 EXT_VARIANTS = ("marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl",
-                "empty", "empty_pdl", "stream")
+                "empty", "empty_pdl", "stream", "wide")
 
 
 class CorrectionVariantError(ValueError):
@@ -78,6 +79,12 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "(M <= 16: G split over the idle row slots, added in order after one barrier; "
             "side_stream's corr_tile accumulates grouped weights at 2 <= M <= 256 and "
             ">= 32 groups per row at any M > 1)"),
+    Variant("wide", 9, "correction",
+            "stream's sequence with an accumulation for grouped weights at M >= 2: a warp "
+            "per 256 columns of 1-4 rows, each lane two quads of columns, so every delta "
+            "load is contiguous across the warp and an a_sum load is one broadcast; C "
+            "loaded first, groups in order, no shared memory (M = 1 or one group per row: "
+            "stream's kernels)"),
     Variant("marlin_only", 0, "baseline",
             "Marlin alone (no zeroing, no correction): the overhead baseline"),
     Variant("empty", 6, "floor",

@@ -1,0 +1,169 @@
+// Correction variant wide: stream's sequence (asum_flat on the side stream while Marlin
+// runs, joined by an event) with an accumulation written for the grouped weights at
+// M >= 2, where the kernel study on the H200 (docs/hopper.md 5.2-5.4) found the other two
+// 4-6x their floor:
+//  * corr_tile_kernel and corr_stream_kernel put the 8 octets of a 64-column tile across a
+//    warp and 4 row slots in the same warp, so every group costs each thread two 16-byte
+//    delta loads that the warp's four slots repeat, and RM scalar a_sum loads at four
+//    different rows. By a count of L1 requests (an estimate, not a profile), their loads
+//    and not their arithmetic bound them at M = 1024 (corr_tile 43 us at N = 8192, G = 16,
+//    measured; the FP32 arithmetic of 134 M FMAs is about 4 us at the datasheet's peak).
+//  * corr_wide_kernel: a warp covers the 256 columns of its block for RM rows: lane l owns
+//    the 4 columns at 4l and the 4 at 128 + 4l, so each of the warp's 16-byte delta loads
+//    covers 512 contiguous bytes (no repeat, no half-used line), and the a_sum of a row is
+//    the same address for all 32 lanes (one broadcast request; four groups per 16-byte
+//    load when G % 4 == 0). Per group a thread issues 2 + RM / 4 loads for 8 * RM FMAs.
+//    The block's 8 warps take consecutive row runs of the same 256 columns, so a delta row
+//    is fetched from L2 once per block and served to the other warps from L1. The thread
+//    loads its C values (two 8-byte pieces per row) before it sums, so their latency hides
+//    behind the sums, adds the groups in order g = 0, 1, ..., G - 1 (corr_stream_kernel's
+//    order: the same bits), and writes each piece once. No shared memory, no barrier: a
+//    lane past the last column or a warp past the last row simply returns.
+// Where it does not run: M = 1 and one group per row (G = 1), which stream's kernels cover
+// (launch_stream: the decode split kernel, corr_stream_kernel). RM (rows per warp, 1..4) is
+// the largest that still gives two blocks per SM. Flag bits (planted defects) as
+// everywhere: fp16 accumulation, the last 128 columns untouched. Shared internals:
+// correction_variants.cuh.
+#include "correction_variants.cuh"
+
+namespace harness_int4 {
+namespace corr_detail {
+namespace {
+
+constexpr int kWideCols = 256;                 // columns of a block: 32 lanes x 2 x 4
+constexpr int kWideHalf = kWideCols / 2;       // the lane's second quad starts here
+constexpr int kWideWarps = kThreads / 32;      // warps of a block, each on its own rows
+constexpr int kWideMaxRM = 4;
+
+// The 4 fp32 delta values at p (16-byte aligned) when `live`, else zeros.
+static __device__ __forceinline__ float4 quad_or_zero(const float* __restrict__ p, bool live) {
+  return live ? __ldg(reinterpret_cast<const float4*>(p)) : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+template <int RM, bool kHalfAccum>
+__global__ void __launch_bounds__(kThreads)
+corr_wide_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
+                 const float* __restrict__ delta, int M, int N, int G, int n_end) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int na = blockIdx.x * kWideCols + lane * 4;   // the lane's quads: na.. and nb..
+  const int nb = na + kWideHalf;
+  const int m0 = (blockIdx.y * kWideWarps + warp) * RM;
+  const bool va = na < n_end, vb = nb < n_end;        // n_end: a multiple of 8 (N % 8 == 0)
+  // nothing below is shared between lanes: leaving early cannot stall another lane
+  if (m0 >= M || !va) return;
+  uint2 ca[RM], cb[RM];
+  long aoff[RM];
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {               // C first: its latency hides behind the sums
+    const int m = m0 + i < M ? m0 + i : m0;    // a row past M reads row m0, is not written
+    aoff[i] = static_cast<long>(m) * G;
+    const __half* crow = C + static_cast<size_t>(m) * N;
+    ca[i] = *reinterpret_cast<const uint2*>(crow + na);
+    cb[i] = vb ? *reinterpret_cast<const uint2*>(crow + nb) : make_uint2(0u, 0u);
+  }
+  float acc[RM][8];                            // [0, 4): columns na.., [4, 8): nb..
+#pragma unroll
+  for (int i = 0; i < RM; ++i)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[i][c] = 0.0f;
+  int g = 0;
+  if ((G & 3) == 0) {                          // rows of a_sum are 16-byte aligned
+#pragma unroll 2
+    for (; g < G; g += 4) {
+      float4 av[RM];
+#pragma unroll
+      for (int i = 0; i < RM; ++i) av[i] = __ldg(reinterpret_cast<const float4*>(a_sum + aoff[i] + g));
+      float dv[4][8];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float* drow = delta + static_cast<size_t>(g + j) * N;
+        const float4 x = quad_or_zero(drow + na, true), y = quad_or_zero(drow + nb, vb);
+        dv[j][0] = x.x; dv[j][1] = x.y; dv[j][2] = x.z; dv[j][3] = x.w;
+        dv[j][4] = y.x; dv[j][5] = y.y; dv[j][6] = y.z; dv[j][7] = y.w;
+      }
+#pragma unroll
+      for (int i = 0; i < RM; ++i) {           // groups g .. g + 3 in order
+        fma_octet<kHalfAccum>(acc[i], av[i].x, dv[0]);
+        fma_octet<kHalfAccum>(acc[i], av[i].y, dv[1]);
+        fma_octet<kHalfAccum>(acc[i], av[i].z, dv[2]);
+        fma_octet<kHalfAccum>(acc[i], av[i].w, dv[3]);
+      }
+    }
+  }
+#pragma unroll 2
+  for (; g < G; ++g) {                         // G % 4 != 0: one group at a time
+    const float* drow = delta + static_cast<size_t>(g) * N;
+    const float4 x = quad_or_zero(drow + na, true), y = quad_or_zero(drow + nb, vb);
+    const float dv[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int i = 0; i < RM; ++i) fma_octet<kHalfAccum>(acc[i], __ldg(a_sum + aoff[i] + g), dv);
+  }
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {
+    if (m0 + i >= M) break;
+    __half* crow = C + static_cast<size_t>(m0 + i) * N;
+    __half2* ha = reinterpret_cast<__half2*>(&ca[i]);
+    __half2* hb = reinterpret_cast<__half2*>(&cb[i]);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float2 fa = __half22float2(ha[j]), fb = __half22float2(hb[j]);
+      ha[j] = __floats2half2_rn(fa.x + acc[i][2 * j], fa.y + acc[i][2 * j + 1]);
+      hb[j] = __floats2half2_rn(fb.x + acc[i][4 + 2 * j], fb.y + acc[i][4 + 2 * j + 1]);
+    }
+    *reinterpret_cast<uint2*>(crow + na) = ca[i];
+    if (vb) *reinterpret_cast<uint2*>(crow + nb) = cb[i];
+  }
+}
+
+// Rows per warp: the largest of 4, 2, 1 that still fills every SM twice (at least one).
+int wide_rows_per_warp(const CorrectionProblem& p) {
+  const long col_blocks = (p.N + kWideCols - 1) / kWideCols;
+  const int sms = sm_count(p.device) > 0 ? sm_count(p.device) : 132;
+  for (int rm = kWideMaxRM; rm > 1; rm /= 2) {
+    const long row_blocks = (p.M + kWideWarps * rm - 1) / (kWideWarps * rm);
+    if (col_blocks * row_blocks >= 2L * sms) return rm;
+  }
+  return 1;
+}
+
+template <int RM>
+cudaError_t launch_wide_rm(const CorrectionProblem& p, const float* a_sum, int n_end, bool half,
+                           cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.N + kWideCols - 1) / kWideCols),
+                  static_cast<unsigned>((p.M + kWideWarps * RM - 1) / (kWideWarps * RM)));
+  if (half)
+    corr_wide_kernel<RM, true><<<grid, kThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end);
+  else
+    corr_wide_kernel<RM, false><<<grid, kThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool wide_takes(const CorrectionProblem& p) { return p.M >= 2 && p.G >= 2; }
+
+const char* wide_unsupported(const CorrectionProblem& p) {
+  if (const char* why = stream_unsupported(p)) return why;   // its group sums, its fallback
+  if (wide_takes(p) && (p.M + kWideWarps - 1) / kWideWarps > 65535L * kWideMaxRM)
+    return "M too large for the wide correction (grid.y > 65535)";
+  return nullptr;
+}
+
+cudaError_t launch_wide(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream) {
+  if (p.M <= 0 || p.N <= 0) return cudaSuccess;
+  if (!wide_takes(p)) return launch_stream(p, a_sum, stream);
+  // flag bit 1 (planted): leave the last 128-column tile untouched, as the others do
+  const int n_end = (p.flags & kFlagSkipLastNTile) ? ((p.N - 1) / 128) * 128 : p.N;
+  const bool half = (p.flags & kFlagHalfAccum) != 0;
+  int rm = wide_rows_per_warp(p);
+  while (rm < kWideMaxRM && (p.M + kWideWarps * rm - 1) / (kWideWarps * rm) > 65535) rm *= 2;
+  switch (rm) {
+    case 4: return launch_wide_rm<4>(p, a_sum, n_end, half, stream);
+    case 2: return launch_wide_rm<2>(p, a_sum, n_end, half, stream);
+    default: return launch_wide_rm<1>(p, a_sum, n_end, half, stream);
+  }
+}
+
+}  // namespace corr_detail
+}  // namespace harness_int4
