@@ -8,17 +8,18 @@
 //    different rows. By a count of L1 requests (an estimate, not a profile), their loads
 //    and not their arithmetic bound them at M = 1024 (corr_tile 43 us at N = 8192, G = 16,
 //    measured; the FP32 arithmetic of 134 M FMAs is about 4 us at the datasheet's peak).
-//  * corr_wide_kernel: a warp covers the 256 columns of its block for RM rows: lane l owns
-//    the 4 columns at 4l and the 4 at 128 + 4l, so each of the warp's 16-byte delta loads
-//    covers 512 contiguous bytes (no repeat, no half-used line), and the a_sum of a row is
-//    the same address for all 32 lanes (one broadcast request; four groups per 16-byte
-//    load when G % 4 == 0). Per group a thread issues 2 + RM / 4 loads for 8 * RM FMAs.
-//    The block's 8 warps take consecutive row runs of the same 256 columns, so a delta row
-//    is fetched from L2 once per block and served to the other warps from L1. The thread
-//    loads its C values (two 8-byte pieces per row) before it sums, so their latency hides
-//    behind the sums, adds the groups in order g = 0, 1, ..., G - 1 (corr_stream_kernel's
-//    order: the same bits), and writes each piece once. No shared memory, no barrier: a
-//    lane past the last column or a warp past the last row simply returns.
+//  * corr_wide_kernel: a block covers 256 columns and 8 warps x RM rows. Lane l owns the 4
+//    columns at 4l and the 4 at 128 + 4l, so the warp's 16-byte reads of delta cover 512
+//    contiguous bytes and the a_sum of a row is one broadcast read. A first version read
+//    delta and a_sum from global memory inside the loop over groups: on the H200 it took
+//    0.48-0.92x stream's accumulation's time at K = 2048, g128, M >= 32 with a warm L2,
+//    but up to 1.8x with a cold L2 at M <= 256 and up to 3.5x at 64 groups: one memory
+//    round trip per few groups. So the block
+//    now stages up to 32 groups of delta (its 256 columns) and of a_sum (its rows) in
+//    shared memory, every load issued before any is used, together with the thread's C
+//    values: one round trip per 32 groups. The thread then adds the groups in order g = 0,
+//    1, ..., G - 1 in fp32 (corr_stream_kernel's order: the same bits) and writes each C
+//    piece once. Two barriers per 32 groups.
 // Where it does not run: M = 1 and one group per row (G = 1), which stream's kernels cover
 // (launch_stream: the decode split kernel, corr_stream_kernel). RM (rows per warp, 1..4) is
 // the largest that still gives two blocks per SM. Flag bits (planted defects) as
@@ -35,70 +36,86 @@ constexpr int kWideHalf = kWideCols / 2;       // the lane's second quad starts 
 constexpr int kWideWarps = kThreads / 32;      // warps of a block, each on its own rows
 constexpr int kWideMaxRM = 4;
 
-// The 4 fp32 delta values at p (16-byte aligned) when `live`, else zeros.
-static __device__ __forceinline__ float4 quad_or_zero(const float* __restrict__ p, bool live) {
-  return live ? __ldg(reinterpret_cast<const float4*>(p)) : make_float4(0.f, 0.f, 0.f, 0.f);
-}
+constexpr int kWideGC = 32;                    // groups staged in shared memory per chunk
 
 template <int RM, bool kHalfAccum>
 __global__ void __launch_bounds__(kThreads)
 corr_wide_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
                  const float* __restrict__ delta, int M, int N, int G, int n_end) {
-  const int lane = threadIdx.x & 31;
-  const int warp = threadIdx.x >> 5;
-  const int na = blockIdx.x * kWideCols + lane * 4;   // the lane's quads: na.. and nb..
-  const int nb = na + kWideHalf;
-  const int m0 = (blockIdx.y * kWideWarps + warp) * RM;
-  const bool va = na < n_end, vb = nb < n_end;        // n_end: a multiple of 8 (N % 8 == 0)
-  // nothing below is shared between lanes: leaving early cannot stall another lane
-  if (m0 >= M || !va) return;
+  __shared__ __align__(16) float s_d[kWideGC * kWideCols];                // 32 KB
+  __shared__ __align__(16) float s_a[kWideWarps * kWideMaxRM * kWideGC];  // 4 KB
+  const int tid = threadIdx.x;
+  const int lane = tid & 31;
+  const int warp = tid >> 5;
+  const int col0 = blockIdx.x * kWideCols;
+  const int TM = kWideWarps * RM;
+  const int row0 = blockIdx.y * TM;
+  const int m0 = row0 + warp * RM;
+  const int na = col0 + lane * 4, nb = na + kWideHalf;   // the lane's two quads of columns
+  const bool va = m0 < M && na < n_end, vb = m0 < M && nb < n_end;  // n_end % 8 == 0
   uint2 ca[RM], cb[RM];
-  long aoff[RM];
 #pragma unroll
-  for (int i = 0; i < RM; ++i) {               // C first: its latency hides behind the sums
-    const int m = m0 + i < M ? m0 + i : m0;    // a row past M reads row m0, is not written
-    aoff[i] = static_cast<long>(m) * G;
-    const __half* crow = C + static_cast<size_t>(m) * N;
-    ca[i] = *reinterpret_cast<const uint2*>(crow + na);
-    cb[i] = vb ? *reinterpret_cast<const uint2*>(crow + nb) : make_uint2(0u, 0u);
+  for (int i = 0; i < RM; ++i) {               // C first: in flight with the staging loads
+    const bool live = m0 + i < M;
+    const __half* crow = C + static_cast<size_t>(live ? m0 + i : 0) * N;
+    ca[i] = va && live ? *reinterpret_cast<const uint2*>(crow + na) : make_uint2(0u, 0u);
+    cb[i] = vb && live ? *reinterpret_cast<const uint2*>(crow + nb) : make_uint2(0u, 0u);
   }
   float acc[RM][8];                            // [0, 4): columns na.., [4, 8): nb..
 #pragma unroll
   for (int i = 0; i < RM; ++i)
 #pragma unroll
     for (int c = 0; c < 8; ++c) acc[i][c] = 0.0f;
-  int g = 0;
-  if ((G & 3) == 0) {                          // rows of a_sum are 16-byte aligned
-#pragma unroll 2
-    for (; g < G; g += 4) {
+  for (int g0 = 0; g0 < G; g0 += kWideGC) {    // uniform over the block
+    const int gc = min(kWideGC, G - g0);
+    if (g0 > 0) __syncthreads();               // the last chunk's readers are done
+    // the chunk's delta rows over the block's 256 columns (zeros past N), every load
+    // issued before any is used: one memory round trip per chunk
+    for (int q = tid; q < gc * (kWideCols / 4); q += kThreads) {
+      const int r = q / (kWideCols / 4), c = (q - r * (kWideCols / 4)) * 4;
+      const float4 v = col0 + c < N
+          ? __ldg(reinterpret_cast<const float4*>(delta + static_cast<size_t>(g0 + r) * N + col0 + c))
+          : make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<float4*>(s_d + r * kWideCols + c) = v;
+    }
+    for (int e = tid; e < TM * gc; e += kThreads) {   // a_sum of the block's rows (0 past M)
+      const int r = e / gc, g = e - r * gc;
+      s_a[r * kWideGC + g] = row0 + r < M ? a_sum[static_cast<size_t>(row0 + r) * G + g0 + g] : 0.0f;
+    }
+    __syncthreads();
+    if (!va) continue;                         // still at every barrier of the block
+    const float* sa = s_a + warp * RM * kWideGC;       // the warp's rows: one broadcast each
+    const float* sd = s_d + lane * 4;                  // 512 contiguous bytes per warp load
+    int g = 0;
+    for (; g + 4 <= gc; g += 4) {              // groups g .. g + 3 in order
       float4 av[RM];
 #pragma unroll
-      for (int i = 0; i < RM; ++i) av[i] = __ldg(reinterpret_cast<const float4*>(a_sum + aoff[i] + g));
+      for (int i = 0; i < RM; ++i) av[i] = *reinterpret_cast<const float4*>(sa + i * kWideGC + g);
       float dv[4][8];
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const float* drow = delta + static_cast<size_t>(g + j) * N;
-        const float4 x = quad_or_zero(drow + na, true), y = quad_or_zero(drow + nb, vb);
+        const float4 x = *reinterpret_cast<const float4*>(sd + (g + j) * kWideCols);
+        const float4 y = *reinterpret_cast<const float4*>(sd + (g + j) * kWideCols + kWideHalf);
         dv[j][0] = x.x; dv[j][1] = x.y; dv[j][2] = x.z; dv[j][3] = x.w;
         dv[j][4] = y.x; dv[j][5] = y.y; dv[j][6] = y.z; dv[j][7] = y.w;
       }
 #pragma unroll
-      for (int i = 0; i < RM; ++i) {           // groups g .. g + 3 in order
+      for (int i = 0; i < RM; ++i) {
         fma_octet<kHalfAccum>(acc[i], av[i].x, dv[0]);
         fma_octet<kHalfAccum>(acc[i], av[i].y, dv[1]);
         fma_octet<kHalfAccum>(acc[i], av[i].z, dv[2]);
         fma_octet<kHalfAccum>(acc[i], av[i].w, dv[3]);
       }
     }
-  }
-#pragma unroll 2
-  for (; g < G; ++g) {                         // G % 4 != 0: one group at a time
-    const float* drow = delta + static_cast<size_t>(g) * N;
-    const float4 x = quad_or_zero(drow + na, true), y = quad_or_zero(drow + nb, vb);
-    const float dv[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+    for (; g < gc; ++g) {                      // a chunk of G % 4 groups: one at a time
+      const float4 x = *reinterpret_cast<const float4*>(sd + g * kWideCols);
+      const float4 y = *reinterpret_cast<const float4*>(sd + g * kWideCols + kWideHalf);
+      const float dv[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
 #pragma unroll
-    for (int i = 0; i < RM; ++i) fma_octet<kHalfAccum>(acc[i], __ldg(a_sum + aoff[i] + g), dv);
+      for (int i = 0; i < RM; ++i) fma_octet<kHalfAccum>(acc[i], sa[i * kWideGC + g], dv);
+    }
   }
+  if (!va) return;
 #pragma unroll
   for (int i = 0; i < RM; ++i) {
     if (m0 + i >= M) break;
