@@ -21,7 +21,7 @@ a_group_sum_kernel and correction_accum_kernel), ``side_stream`` (asum_kernel, t
 corr_tile_kernel reading a_sum; alone here, so asum does not share the GPU with Marlin),
 ``fused`` (corr_tile_kernel summing A in-block), ``stream`` (asum_flat_*_kernel, then
 corr_stream_kernel or corr_tile_kernel) and ``wide`` (asum_flat_*_kernel, then
-corr_wide_kernel, or corr_stream_kernel at M = 1 and G = 1). ``--cold-l2`` overwrites a buffer of
+corr_wide_kernel or stream's accumulation; at M <= 4 corr_decode_kernel alone). ``--cold-l2`` overwrites a buffer of
 twice the L2 between calls (its kernels are not counted), so A, C and delta come from DRAM;
 by default they may sit in L2, as they partly do after Marlin in the real path (Marlin
 has just read A and written C).
@@ -52,7 +52,7 @@ from .crosscheck import profiled_spans
 
 #: profiler kernel-name fragment -> the study's kernel name (longest fragments first)
 KERNEL_NAMES = (("corr_stream_split_kernel", "corr_stream"), ("corr_stream_kernel", "corr_stream"),
-                ("corr_wide_kernel", "corr_wide"),
+                ("corr_wide_kernel", "corr_wide"), ("corr_decode_kernel", "corr_decode"),
                 ("asum_flat", "asum_flat"),
                 ("correction_accum_kernel", "correction_accum"),
                 ("a_group_sum_kernel", "a_group_sum"),
@@ -61,18 +61,19 @@ KERNEL_NAMES = (("corr_stream_split_kernel", "corr_stream"), ("corr_stream_kerne
 #: variant -> its kernels, in launch order; fused's corr_tile sums A itself ("+sum"); "a|b":
 #: the variant launches one of them by shape (stream: corr_tile for grouped weights at
 #: 2 <= M <= 256 and >= 32 groups per row at M > 1, ``stream_takes_tile`` in
-#: ``correction_variant_stream.cu``; wide: corr_wide at M >= 2 with G >= 2, else stream's
-#: corr_stream), the row is named by the one that ran
+#: ``correction_variant_stream.cu``; wide: ``wide_takes`` in ``correction_variant_wide.cu``,
+#: and at M <= 4 one kernel, corr_decode, summing A itself), the row is named by the one that
+#: ran; "a?": a stage the variant skips at some shapes (wide's a_sum at decode), no row there
 VARIANT_KERNELS = {"two_kernel_lean": ("a_group_sum", "correction_accum"),
                    "side_stream": ("asum", "corr_tile"), "fused": ("corr_tile+sum",),
                    "stream": ("asum_flat", "corr_stream|corr_tile"),
-                   "wide": ("asum_flat", "corr_wide|corr_stream")}
+                   "wide": ("asum_flat?", "corr_wide|corr_stream|corr_tile|corr_decode")}
 
 
 def stage_kernel(spec: str, medians) -> str:
-    """The kernel of one stage ``spec`` ("a" or "a|b") that the profile holds (the first
-    alternative when it holds none)."""
-    options = spec.split("|")
+    """The kernel of one stage ``spec`` ("a", "a|b" or "a?") that the profile holds (the
+    first alternative when it holds none)."""
+    options = spec.rstrip("?").split("|")
     return next((k for k in options if k in medians), options[0])
 TARGET = 1.5
 
@@ -95,7 +96,7 @@ def kernel_bytes(kernel: str, M: int, N: int, K: int, group_size: int) -> int:
     table = {"a_group_sum": a + a_sum, "asum": a + a_sum, "asum_flat": a + a_sum,
              "correction_accum": 2 * c + a_sum + delta, "corr_tile": 2 * c + a_sum + delta,
              "corr_stream": 2 * c + a_sum + delta, "corr_wide": 2 * c + a_sum + delta,
-             "corr_tile+sum": 2 * c + a + delta, "empty": 0}
+             "corr_tile+sum": 2 * c + a + delta, "corr_decode": 2 * c + a + delta, "empty": 0}
     if kernel not in table:
         raise ValueError(f"kernel {kernel!r} is not one of {', '.join(table)}")
     return table[kernel]
@@ -149,6 +150,8 @@ def kernel_rows(case, variant: str, medians: dict[str, tuple[float, int]], copy_
     rows = []
     for spec in VARIANT_KERNELS[variant]:
         kernel = stage_kernel(spec, medians)
+        if spec.endswith("?") and kernel not in medians:
+            continue                                     # a stage skipped at this shape
         t, n = medians.get(kernel, (math.nan, 0))
         nbytes = kernel_bytes(kernel, case.M, case.N, case.K, case.group_size)
         bw = nbytes / (copy_gbps * 1e3)                  # bytes / (GB/s) in us

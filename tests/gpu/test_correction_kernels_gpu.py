@@ -20,7 +20,8 @@ def test_every_correction_kernel_is_profiled_beside_its_floor(ext, gpu_out_dir, 
                  "and K == 2048", "--reps", "10", "--out", str(out)]) == 0
     frame = pd.read_csv(out)
     assert set(frame["kernel"]) == {"a_group_sum", "correction_accum", "asum", "corr_tile",
-                                    "corr_tile+sum", "asum_flat", "corr_stream"}
+                                    "corr_tile+sum", "asum_flat", "corr_stream", "corr_wide",
+                                    "corr_decode"}
     assert set(frame["M"]) == {1, 1024} and (frame["samples"] == 10).all()
     for r in frame.itertuples():
         assert math.isfinite(r.time_us) and r.time_us > 0 and r.floor_us > 0, r

@@ -157,19 +157,23 @@ def test_tiled_kernels_agree_bit_for_bit(M, gs, K, ext, cuda_device):
 
 
 @pytest.mark.parametrize("variant", FLAT)
-@pytest.mark.parametrize("M", [1, 2, 3, 8, 13, 16, 40, 64, 100, 128, 300])
+@pytest.mark.parametrize("M", [1, 2, 3, 4, 8, 13, 16, 40, 64, 100, 128, 300])
 @pytest.mark.parametrize("gs,K", [(128, 2048), (2048, 2048), (128, 8192), (8192, 8192),
-                                  (64, 1024), (4096, 8192), (1024, 6144)])
+                                  (64, 1024), (4096, 8192), (1024, 6144), (256, 2048),
+                                  (8, 1024)])
 def test_stream_kernels_within_2_ulp_and_repeatable(variant, M, gs, K, ext, cuda_device):
     """stream's kernels over every branch of their launch: small groups (vpg 8, 16: one
     and four passes), large groups (vpg 256: a warp per group; 512, 1024: a block per
     group), the decode kernel (M = 1 at every G; M <= 16 at G = 1), corr_tile where
     ``stream_takes_tile`` routes it (G > 1 at 2 <= M <= 256, G >= 32 above) and
     corr_stream's RM 1, 2 and 4 (M < 64, < 128, >= 128; G = 1, and G < 32 at M = 300),
-    several column blocks; same bits twice. wide's: corr_wide_kernel at M >= 2, G >= 2
-    with RM 1, 2, 4 (by M and N), G % 4 == 0 (the 16-byte a_sum loads) and G = 6 (one
-    group at a time), rows past M inside a warp (M = 3, 13, 100, 300), N = 1024 (four
-    column blocks) and 8192; stream's kernels at M = 1 and G = 1."""
+    several column blocks; same bits twice. wide's: corr_wide_kernel where ``wide_takes``
+    (2 <= G < 32 at M >= 2, and G >= 32 at M > 256: one to four chunks of 32 groups at
+    M = 300, G = 32, 64, 128) with RM 1, 2, 4 (by M and N), G = 6 (a chunk not a
+    multiple of 4), rows past M inside a block, N = 1024 and 8192; its decode kernel at
+    M <= 4 (G <= 128, M * K / 8 <= 1024 vectors: one, two and four vectors per thread,
+    group sums by shuffles within a warp at vpg 1..32 and over warps at vpg 128..1024);
+    stream's kernels elsewhere."""
     gen = torch.Generator(device=cuda_device).manual_seed(M * 11 + gs + K)
     N = 8192 if M in (100, 300) else 1024
     # any delta [K / gs, N] will do (the kernels never branch on values); a Marlin pack
@@ -211,16 +215,37 @@ def test_wide_and_stream_agree_bit_for_bit_where_both_sum_in_order(M, N, ext, cu
     assert float(correction_ulps(outs["wide"], C0, ref - C0.double()).max()) <= 2.0
 
 
+def test_wide_decode_kernel_replays_in_a_cuda_graph(ext, cuda_device):
+    """At M <= 4 wide is one kernel on the caller's stream (no side stream, no scratch):
+    captured into a graph and replayed on fresh C, it gives the eager call's bits."""
+    gen = torch.Generator(device=cuda_device).manual_seed(5)
+    K, gs, N = 2048, 128, 2048
+    delta = torch.randn(K // gs, N, device=cuda_device, generator=gen) * 2e-3
+    A = torch.randn(1, K, device=cuda_device, generator=gen).half()
+    C0 = torch.randn(1, N, device=cuda_device, generator=gen).half()
+    eager = C0.clone()
+    ext.correction_variant(A, eager, delta, cv.ext_id("wide"))
+    C = C0.clone()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        ext.correction_variant(A, C, delta, cv.ext_id("wide"))
+    C.copy_(C0)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(C, eager)
+
+
 @pytest.mark.parametrize("variant", FLAT)
 @pytest.mark.parametrize("flags", [1, 2], ids=["fp16_accum", "skip_last_tile"])
-@pytest.mark.parametrize("M", [1, 8, 64])
+@pytest.mark.parametrize("M", [1, 8, 64, 300])
 def test_stream_decode_kernel_catches_the_planted_flags(variant, M, flags, ext, cuda_device):
     """stream's accumulation at decode honours both planted flags: fp16 accumulation
     (G = 32 products of |a_sum| ~ 11 x |delta| ~ 0.05, C = 0, so the error is the
     correction's own) and the last 128 columns left alone. M = 1 runs the decode split
     kernel (G over the idle row slots); M = 8 with G = 32 is routed to corr_tile
-    (``stream_takes_tile``), which must honour them too; wide at M = 8 and 64 runs
-    corr_wide_kernel. The unplanted run adds to a C of unit scale, as after Marlin: on a
+    (``stream_takes_tile``), which must honour them too; wide runs its decode kernel at
+    M = 1, stream's route at M = 8 and 64 (32 groups) and corr_wide_kernel at M = 300. The
+    unplanted run adds to a C of unit scale, as after Marlin: on a
     zero C, an output that cancels to near zero makes the fp32 sum's own rounding several
     fp16 ULPs of itself (seen at M = 64 with corr_wide's in-order sum: 4.8 ULP)."""
     gen = torch.Generator(device=cuda_device).manual_seed(M + 10 * flags)

@@ -130,3 +130,27 @@ def test_stream_rows_are_named_by_the_accumulation_that_ran():
     empty = kernel_rows(case, "stream", {"asum_flat": (5.0, 9)}, 4300.0, 0.54, "warm")
     assert empty[1].kernel == "corr_stream" and math.isnan(empty[1].time_us)
     assert "not in the profile" in empty[1].note
+
+
+WIDE = ("void harness_int4::corr_detail::(anonymous namespace)::corr_wide_kernel<4, false>"
+        "(__half*, float const*, float const*, int, int, int, int)")
+DECODE = ("void harness_int4::corr_detail::(anonymous namespace)::corr_decode_kernel<1, false>"
+          "(__half*, __half const*, float const*, int, int, int, int, int, int)")
+
+
+def test_wide_rows_follow_the_kernels_that_ran():
+    """wide at M <= 4 launches corr_decode alone (it sums A itself: its bytes include A),
+    so its a_sum stage has no row there; above, asum_flat and the accumulation that ran.
+    The accumulation missing from a profile is still a NaN row saying so."""
+    assert [kernel_class(n) for n in (WIDE, DECODE)] == ["corr_wide", "corr_decode"]
+    case = GemmCase(1, 8192, 2048, 128)
+    rows = kernel_rows(case, "wide", {"corr_decode": (1.2, 9)}, 4300.0, 0.54, "warm")
+    assert [r.kernel for r in rows] == ["corr_decode"]
+    assert rows[0].bytes == kernel_bytes("corr_tile+sum", 1, 8192, 2048, 128)
+    big = GemmCase(1024, 8192, 2048, 128)
+    rows = kernel_rows(big, "wide", {"asum_flat": (4.0, 9), "corr_wide": (9.0, 9)},
+                       4300.0, 0.54, "warm")
+    assert [(r.kernel, r.time_us) for r in rows] == [("asum_flat", 4.0), ("corr_wide", 9.0)]
+    lost = kernel_rows(big, "wide", {"asum_flat": (4.0, 9)}, 4300.0, 0.54, "warm")
+    assert [r.kernel for r in lost] == ["asum_flat", "corr_wide"]
+    assert math.isnan(lost[1].time_us) and "not in the profile" in lost[1].note

@@ -20,8 +20,9 @@
 //    values: one round trip per 32 groups. The thread then adds the groups in order g = 0,
 //    1, ..., G - 1 in fp32 (corr_stream_kernel's order: the same bits) and writes each C
 //    piece once. Two barriers per 32 groups.
-// Where it does not run: M = 1 and one group per row (G = 1), which stream's kernels cover
-// (launch_stream: the decode split kernel, corr_stream_kernel). RM (rows per warp, 1..4) is
+// Where it does not run (wide_takes): M = 1, one group per row (G = 1), and 32 or more
+// groups at M <= 256, which stream's kernels cover (launch_stream: the decode split kernel,
+// corr_stream_kernel, corr_tile_kernel). RM (rows per warp, 1..4) is
 // the largest that still gives two blocks per SM. Flag bits (planted defects) as
 // everywhere: fp16 accumulation, the last 128 columns untouched. Shared internals:
 // correction_variants.cuh.
@@ -37,6 +38,8 @@ constexpr int kWideWarps = kThreads / 32;      // warps of a block, each on its 
 constexpr int kWideMaxRM = 4;
 
 constexpr int kWideGC = 32;                    // groups staged in shared memory per chunk
+constexpr int kWideDeltaQuads = kWideGC * kWideCols / 4 / kThreads;        // per thread: 8
+constexpr int kWideAsumLoads = kWideWarps * kWideMaxRM * kWideGC / kThreads;  // per thread: 4
 
 template <int RM, bool kHalfAccum>
 __global__ void __launch_bounds__(kThreads)
@@ -69,18 +72,32 @@ corr_wide_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
   for (int g0 = 0; g0 < G; g0 += kWideGC) {    // uniform over the block
     const int gc = min(kWideGC, G - g0);
     if (g0 > 0) __syncthreads();               // the last chunk's readers are done
-    // the chunk's delta rows over the block's 256 columns (zeros past N), every load
-    // issued before any is used: one memory round trip per chunk
-    for (int q = tid; q < gc * (kWideCols / 4); q += kThreads) {
-      const int r = q / (kWideCols / 4), c = (q - r * (kWideCols / 4)) * 4;
-      const float4 v = col0 + c < N
+    // the chunk's delta rows over the block's 256 columns (zeros past N) and the a_sum of
+    // the block's rows (zeros past M): every load issued before any is stored (unrolled
+    // to a fixed count), one memory round trip per chunk
+    float4 dq[kWideDeltaQuads];
+#pragma unroll
+    for (int k = 0; k < kWideDeltaQuads; ++k) {
+      const int q = tid + k * kThreads, r = q / (kWideCols / 4), c = (q % (kWideCols / 4)) * 4;
+      dq[k] = r < gc && col0 + c < N
           ? __ldg(reinterpret_cast<const float4*>(delta + static_cast<size_t>(g0 + r) * N + col0 + c))
           : make_float4(0.f, 0.f, 0.f, 0.f);
-      *reinterpret_cast<float4*>(s_d + r * kWideCols + c) = v;
     }
-    for (int e = tid; e < TM * gc; e += kThreads) {   // a_sum of the block's rows (0 past M)
-      const int r = e / gc, g = e - r * gc;
-      s_a[r * kWideGC + g] = row0 + r < M ? a_sum[static_cast<size_t>(row0 + r) * G + g0 + g] : 0.0f;
+    float aq[kWideAsumLoads];
+#pragma unroll
+    for (int k = 0; k < kWideAsumLoads; ++k) {
+      const int e = tid + k * kThreads, r = e / gc, g = e - r * gc;
+      aq[k] = e < TM * gc && row0 + r < M ? __ldg(a_sum + static_cast<size_t>(row0 + r) * G + g0 + g) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kWideDeltaQuads; ++k) {
+      const int q = tid + k * kThreads, r = q / (kWideCols / 4), c = (q % (kWideCols / 4)) * 4;
+      if (r < gc) *reinterpret_cast<float4*>(s_d + r * kWideCols + c) = dq[k];
+    }
+#pragma unroll
+    for (int k = 0; k < kWideAsumLoads; ++k) {
+      const int e = tid + k * kThreads, r = e / gc, g = e - r * gc;
+      if (e < TM * gc) s_a[r * kWideGC + g] = aq[k];
     }
     __syncthreads();
     if (!va) continue;                         // still at every barrier of the block
@@ -158,7 +175,18 @@ cudaError_t launch_wide_rm(const CorrectionProblem& p, const float* a_sum, int n
 
 }  // namespace
 
-bool wide_takes(const CorrectionProblem& p) { return p.M >= 2 && p.G >= 2; }
+// The kernel study of 3873e60 (H200, warm and cold L2): corr_wide took 0.47-0.90x (warm)
+// and 0.52-1.00x (cold) stream's accumulation at every production shape with 16 groups
+// and M >= 16, and at 64 groups 0.70-0.75x at M = 1024 but 1.16-1.57x at M <= 256, where
+// its few blocks (one per 256 columns and 8-32 rows) each chain all 64 groups and
+// corr_tile's split of the groups over its slots wins.
+constexpr int kWideManyGroups = 32;
+constexpr int kWideManyGroupsMinM = 257;
+
+bool wide_takes(const CorrectionProblem& p) {
+  if (p.M < 2 || p.G < 2) return false;
+  return p.G < kWideManyGroups || p.M >= kWideManyGroupsMinM;
+}
 
 const char* wide_unsupported(const CorrectionProblem& p) {
   if (const char* why = stream_unsupported(p)) return why;   // its group sums, its fallback

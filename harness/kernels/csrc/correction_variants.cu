@@ -20,8 +20,9 @@
 //  * two_kernel_lean and graph (correction_variant_graph.cu) reuse the seed's kernels.
 //  * stream (correction_variant_stream.cu): side_stream's sequence with a_sum cut by group
 //    (asum_flat_*) and an accumulation without shared memory or barriers (corr_stream_kernel).
-//  * wide (correction_variant_wide.cu): stream's sequence with corr_wide_kernel (a warp per
-//    256 columns of RM rows) accumulating at M >= 2, G >= 2.
+//  * wide (correction_variant_wide.cu): stream's sequence with corr_wide_kernel (a block per
+//    256 columns, delta and a_sum staged in shared memory) where it was measured faster;
+//    at M <= 4 one kernel after Marlin (correction_variant_decode.cu), no side stream.
 //
 // This file is the driver (run_marlin_asym_variant): Marlin through a callback (the quanto
 // glue lives in torch_ops.cpp), then the variant's correction. Per-device resources live
@@ -173,8 +174,14 @@ int run_marlin_asym_variant(int variant, const CorrectionProblem& p, const Marli
       return side_stream_sequence(p, &mc, marlin, stream, err);
     case kVariantStream:
       return side_stream_sequence(p, &mc, marlin, stream, err, kAccumStream);
-    case kVariantWide:
-      return side_stream_sequence(p, &mc, marlin, stream, err, kAccumWide);
+    case kVariantWide: {
+      if (!wide_decode_takes(p)) return side_stream_sequence(p, &mc, marlin, stream, err, kAccumWide);
+      const int rc = run_marlin(mc, marlin, stream, err);   // decode: one kernel after Marlin
+      if (rc != 0 || *err != cudaSuccess) return rc;
+      const cudaError_t e = launch_wide_decode(p, stream);
+      if (e != cudaSuccess) *err = e;
+      return 0;
+    }
     case kVariantFused:
     case kVariantFusedPdl:
     case kVariantEmpty:
@@ -210,12 +217,14 @@ cudaError_t run_correction_variant(int variant, const CorrectionProblem& p, cuda
         err = launch_correction_accum(p.C, a_sum, p.delta, p.M, p.N, p.G, p.M, p.flags, stream);
       return err;
     }
+    case kVariantWide:
+      if (wide_decode_takes(p)) return launch_wide_decode(p, stream);
+      side_stream_sequence(p, nullptr, nullptr, stream, &err, kAccumWide);
+      return err;
     case kVariantSideStream:
     case kVariantStream:
-    case kVariantWide:
       side_stream_sequence(p, nullptr, nullptr, stream, &err,
-                           variant == kVariantStream ? kAccumStream
-                           : variant == kVariantWide ? kAccumWide : kAccumTile);
+                           variant == kVariantStream ? kAccumStream : kAccumTile);
       return err;
     case kVariantFused:
     case kVariantFusedPdl:

@@ -14,6 +14,7 @@
 //   correction_variant_stream.cu         stream: per-group a_sum kernels (asum_flat_*) and
 //                                        the barrier-free accumulation (corr_stream_kernel)
 //   correction_variant_wide.cu           wide: corr_wide_kernel (a warp per 256 columns)
+//   correction_variant_decode.cu         wide at M <= 4: corr_decode_kernel (one launch)
 // This header holds what more than one of them needs: constants, the device helpers of
 // the a_sum stage, the launch configurations and the per-device state.
 #pragma once
@@ -212,6 +213,10 @@ cudaError_t launch_stream(const CorrectionProblem& p, const float* a_sum, cudaSt
 // launch_wide runs launch_stream), why the wide variant cannot (nullptr: it can), and the
 // accumulation reading a_sum.
 bool wide_takes(const CorrectionProblem& p);
+// correction_variant_decode.cu: whether the wide variant's decode kernel takes `p` (M <= 4,
+// G <= 128, M * K / 8 <= 1024), and that kernel (a_sum and accumulation in one launch).
+bool wide_decode_takes(const CorrectionProblem& p);
+cudaError_t launch_wide_decode(const CorrectionProblem& p, cudaStream_t stream);
 const char* wide_unsupported(const CorrectionProblem& p);
 cudaError_t launch_wide(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream);
 

@@ -87,8 +87,9 @@ enum CorrectionVariant : int {
   kVariantEmptyPdl = 7,       // Marlin + an empty kernel launched with PDL
   kVariantStream = 8,         // side_stream's sequence with the per-group a_sum kernels and the
                               // barrier-free accumulation (correction_variant_stream.cu)
-  kVariantWide = 9,           // stream's sequence with the wide accumulation at M >= 2, G >= 2
-                              // (a warp per 256 columns of RM rows; correction_variant_wide.cu)
+  kVariantWide = 9,           // stream's sequence with the wide accumulation where it wins
+                              // (correction_variant_wide.cu); at M <= 4 one kernel after
+                              // Marlin (correction_variant_decode.cu)
   kVariantCount = 10
 };
 
