@@ -70,10 +70,15 @@ VARIANT_KERNELS = {"two_kernel_lean": ("a_group_sum", "correction_accum"),
                    "wide": ("asum_flat?", "corr_wide|corr_stream|corr_tile|corr_decode")}
 
 
+def stage_options(spec: str) -> list[str]:
+    """The kernels one stage ``spec`` ("a", "a|b" or "a?") may launch."""
+    return spec.rstrip("?").split("|")
+
+
 def stage_kernel(spec: str, medians) -> str:
-    """The kernel of one stage ``spec`` ("a", "a|b" or "a?") that the profile holds (the
-    first alternative when it holds none)."""
-    options = spec.rstrip("?").split("|")
+    """The kernel of one stage ``spec`` that the profile holds (the first alternative when
+    it holds none)."""
+    options = stage_options(spec)
     return next((k for k in options if k in medians), options[0])
 TARGET = 1.5
 
@@ -274,7 +279,7 @@ def _measure_case(ext, case, dev, args, flush, copy_gbps: float, empty_us: float
     rows: list[KernelRow] = []
     sizes = {kernel_bytes(k, case.M, case.N, case.K, case.group_size)
              for v in args.variants.split(",") for spec in VARIANT_KERNELS[v]
-             for k in spec.split("|")}
+             for k in stage_options(spec)}
     copies = {b: copy_us(b, dev, args.reps, flush) for b in sorted(sizes)}
     for variant in args.variants.split(","):
         def call(v=EXT_IDS[variant]):

@@ -16,6 +16,7 @@ from harness.studies.correction_kernels import (
     kernel_rows,
     medians_by_kernel,
     parse_args,
+    stage_options,
     summary_lines,
 )
 
@@ -154,3 +155,12 @@ def test_wide_rows_follow_the_kernels_that_ran():
     lost = kernel_rows(big, "wide", {"asum_flat": (4.0, 9)}, 4300.0, 0.54, "warm")
     assert [r.kernel for r in lost] == ["asum_flat", "corr_wide"]
     assert math.isnan(lost[1].time_us) and "not in the profile" in lost[1].note
+
+
+def test_every_stage_names_kernels_with_a_byte_model():
+    """Each alternative of each variant's stages has a byte count (the study sizes its
+    copies from them before profiling: a stage spelled "asum_flat?" once broke that)."""
+    for variant, specs in VARIANT_KERNELS.items():
+        for spec in specs:
+            for k in stage_options(spec):
+                assert kernel_bytes(k, 4, 256, 1024, 128) > 0, (variant, k)

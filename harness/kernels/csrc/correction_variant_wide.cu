@@ -22,7 +22,7 @@
 //    piece once. Two barriers per 32 groups.
 // Where it does not run (wide_takes): M = 1, one group per row (G = 1), and 32 or more
 // groups at M <= 256, which stream's kernels cover (launch_stream: the decode split kernel,
-// corr_stream_kernel, corr_tile_kernel). RM (rows per warp, 1..4) is
+// corr_stream_kernel, corr_tile_kernel). RM (rows per warp, 1..8) is
 // the largest that still gives two blocks per SM. Flag bits (planted defects) as
 // everywhere: fp16 accumulation, the last 128 columns untouched. Shared internals:
 // correction_variants.cuh.
@@ -35,18 +35,18 @@ namespace {
 constexpr int kWideCols = 256;                 // columns of a block: 32 lanes x 2 x 4
 constexpr int kWideHalf = kWideCols / 2;       // the lane's second quad starts here
 constexpr int kWideWarps = kThreads / 32;      // warps of a block, each on its own rows
-constexpr int kWideMaxRM = 4;
+constexpr int kWideMaxRM = 8;
 
 constexpr int kWideGC = 32;                    // groups staged in shared memory per chunk
 constexpr int kWideDeltaQuads = kWideGC * kWideCols / 4 / kThreads;        // per thread: 8
-constexpr int kWideAsumLoads = kWideWarps * kWideMaxRM * kWideGC / kThreads;  // per thread: 4
+constexpr int kWideAsumLoads = kWideWarps * kWideMaxRM * kWideGC / kThreads;  // per thread: 8
 
 template <int RM, bool kHalfAccum>
 __global__ void __launch_bounds__(kThreads)
 corr_wide_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
                  const float* __restrict__ delta, int M, int N, int G, int n_end) {
   __shared__ __align__(16) float s_d[kWideGC * kWideCols];                // 32 KB
-  __shared__ __align__(16) float s_a[kWideWarps * kWideMaxRM * kWideGC];  // 4 KB
+  __shared__ __align__(16) float s_a[kWideWarps * kWideMaxRM * kWideGC];  // 8 KB
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -150,7 +150,9 @@ corr_wide_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
   }
 }
 
-// Rows per warp: the largest of 4, 2, 1 that still fills every SM twice (at least one).
+// Rows per warp: the largest of 8, 4, 2, 1 that still fills every SM twice (at least one).
+// More rows per thread means fewer shared-memory reads of delta per FMA (one pair of 16-byte
+// reads serves 8 * RM FMAs); RM = 8 holds 179 registers (one block per SM), RM = 4 128.
 int wide_rows_per_warp(const CorrectionProblem& p) {
   const long col_blocks = (p.N + kWideCols - 1) / kWideCols;
   const int sms = sm_count(p.device) > 0 ? sm_count(p.device) : 132;
@@ -204,6 +206,7 @@ cudaError_t launch_wide(const CorrectionProblem& p, const float* a_sum, cudaStre
   int rm = wide_rows_per_warp(p);
   while (rm < kWideMaxRM && (p.M + kWideWarps * rm - 1) / (kWideWarps * rm) > 65535) rm *= 2;
   switch (rm) {
+    case 8: return launch_wide_rm<8>(p, a_sum, n_end, half, stream);
     case 4: return launch_wide_rm<4>(p, a_sum, n_end, half, stream);
     case 2: return launch_wide_rm<2>(p, a_sum, n_end, half, stream);
     default: return launch_wide_rm<1>(p, a_sum, n_end, half, stream);
