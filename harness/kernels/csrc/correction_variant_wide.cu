@@ -14,15 +14,14 @@
 //    delta and a_sum from global memory inside the loop over groups: on the H200 it took
 //    0.48-0.92x stream's accumulation's time at K = 2048, g128, M >= 32 with a warm L2,
 //    but up to 1.8x with a cold L2 at M <= 256 and up to 3.5x at 64 groups: one memory
-//    round trip per few groups. So the block
-//    now stages up to 32 groups of delta (its 256 columns) and of a_sum (its rows) in
-//    shared memory, every load issued before any is used, together with the thread's C
-//    values: one round trip per 32 groups. The thread then adds the groups in order g = 0,
-//    1, ..., G - 1 in fp32 (corr_stream_kernel's order: the same bits) and writes each C
-//    piece once. Two barriers per 32 groups.
+//    round trip per few groups. So the block now stages up to 32 groups of delta (its 256
+//    columns) and of a_sum (its rows) in shared memory, 2-8 loads per thread, after
+//    issuing the thread's C loads, and syncs once. The thread then adds the groups in
+//    order g = 0, 1, ..., G - 1 in fp32 (corr_stream_kernel's order: the same bits) and
+//    writes each C piece once. Two barriers per 32 groups.
 // Where it does not run (wide_takes): M = 1, one group per row (G = 1), and 32 or more
 // groups at M <= 256, which stream's kernels cover (launch_stream: the decode split kernel,
-// corr_stream_kernel, corr_tile_kernel). RM (rows per warp, 1..8) is
+// corr_stream_kernel, corr_tile_kernel). RM (rows per warp, 1..4) is
 // the largest that still gives two blocks per SM. Flag bits (planted defects) as
 // everywhere: fp16 accumulation, the last 128 columns untouched. Shared internals:
 // correction_variants.cuh.
@@ -35,18 +34,16 @@ namespace {
 constexpr int kWideCols = 256;                 // columns of a block: 32 lanes x 2 x 4
 constexpr int kWideHalf = kWideCols / 2;       // the lane's second quad starts here
 constexpr int kWideWarps = kThreads / 32;      // warps of a block, each on its own rows
-constexpr int kWideMaxRM = 8;
+constexpr int kWideMaxRM = 4;
 
 constexpr int kWideGC = 32;                    // groups staged in shared memory per chunk
-constexpr int kWideDeltaQuads = kWideGC * kWideCols / 4 / kThreads;        // per thread: 8
-constexpr int kWideAsumLoads = kWideWarps * kWideMaxRM * kWideGC / kThreads;  // per thread: 8
 
 template <int RM, bool kHalfAccum>
 __global__ void __launch_bounds__(kThreads)
 corr_wide_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
                  const float* __restrict__ delta, int M, int N, int G, int n_end) {
   __shared__ __align__(16) float s_d[kWideGC * kWideCols];                // 32 KB
-  __shared__ __align__(16) float s_a[kWideWarps * kWideMaxRM * kWideGC];  // 8 KB
+  __shared__ __align__(16) float s_a[kWideWarps * kWideMaxRM * kWideGC];  // 4 KB
   const int tid = threadIdx.x;
   const int lane = tid & 31;
   const int warp = tid >> 5;
@@ -72,32 +69,19 @@ corr_wide_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
   for (int g0 = 0; g0 < G; g0 += kWideGC) {    // uniform over the block
     const int gc = min(kWideGC, G - g0);
     if (g0 > 0) __syncthreads();               // the last chunk's readers are done
-    // the chunk's delta rows over the block's 256 columns (zeros past N) and the a_sum of
-    // the block's rows (zeros past M): every load issued before any is stored (unrolled
-    // to a fixed count), one memory round trip per chunk
-    float4 dq[kWideDeltaQuads];
-#pragma unroll
-    for (int k = 0; k < kWideDeltaQuads; ++k) {
-      const int q = tid + k * kThreads, r = q / (kWideCols / 4), c = (q % (kWideCols / 4)) * 4;
-      dq[k] = r < gc && col0 + c < N
+    // the chunk's delta rows over the block's 256 columns (zeros past N), then the a_sum
+    // of the block's rows (zeros past M). (Unrolling these loops to a fixed count, all
+    // loads into registers before any store, measured slower on the H200: 394e076.)
+    for (int q = tid; q < gc * (kWideCols / 4); q += kThreads) {
+      const int r = q / (kWideCols / 4), c = (q - r * (kWideCols / 4)) * 4;
+      const float4 v = col0 + c < N
           ? __ldg(reinterpret_cast<const float4*>(delta + static_cast<size_t>(g0 + r) * N + col0 + c))
           : make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<float4*>(s_d + r * kWideCols + c) = v;
     }
-    float aq[kWideAsumLoads];
-#pragma unroll
-    for (int k = 0; k < kWideAsumLoads; ++k) {
-      const int e = tid + k * kThreads, r = e / gc, g = e - r * gc;
-      aq[k] = e < TM * gc && row0 + r < M ? __ldg(a_sum + static_cast<size_t>(row0 + r) * G + g0 + g) : 0.0f;
-    }
-#pragma unroll
-    for (int k = 0; k < kWideDeltaQuads; ++k) {
-      const int q = tid + k * kThreads, r = q / (kWideCols / 4), c = (q % (kWideCols / 4)) * 4;
-      if (r < gc) *reinterpret_cast<float4*>(s_d + r * kWideCols + c) = dq[k];
-    }
-#pragma unroll
-    for (int k = 0; k < kWideAsumLoads; ++k) {
-      const int e = tid + k * kThreads, r = e / gc, g = e - r * gc;
-      if (e < TM * gc) s_a[r * kWideGC + g] = aq[k];
+    for (int e = tid; e < TM * gc; e += kThreads) {
+      const int r = e / gc, g = e - r * gc;
+      s_a[r * kWideGC + g] = row0 + r < M ? a_sum[static_cast<size_t>(row0 + r) * G + g0 + g] : 0.0f;
     }
     __syncthreads();
     if (!va) continue;                         // still at every barrier of the block
@@ -150,9 +134,9 @@ corr_wide_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
   }
 }
 
-// Rows per warp: the largest of 8, 4, 2, 1 that still fills every SM twice (at least one).
-// More rows per thread means fewer shared-memory reads of delta per FMA (one pair of 16-byte
-// reads serves 8 * RM FMAs); RM = 8 holds 179 registers (one block per SM), RM = 4 128.
+// Rows per warp: the largest of 4, 2, 1 that still fills every SM twice (at least one).
+// (RM = 8, one pair of shared-memory delta reads per 64 FMAs at 179 registers, was no
+// faster on the H200 at M = 1024, N = 8192: 15.6 us against 16.0, 394e076.)
 int wide_rows_per_warp(const CorrectionProblem& p) {
   const long col_blocks = (p.N + kWideCols - 1) / kWideCols;
   const int sms = sm_count(p.device) > 0 ? sm_count(p.device) : 132;
@@ -206,7 +190,6 @@ cudaError_t launch_wide(const CorrectionProblem& p, const float* a_sum, cudaStre
   int rm = wide_rows_per_warp(p);
   while (rm < kWideMaxRM && (p.M + kWideWarps * rm - 1) / (kWideWarps * rm) > 65535) rm *= 2;
   switch (rm) {
-    case 8: return launch_wide_rm<8>(p, a_sum, n_end, half, stream);
     case 4: return launch_wide_rm<4>(p, a_sum, n_end, half, stream);
     case 2: return launch_wide_rm<2>(p, a_sum, n_end, half, stream);
     default: return launch_wide_rm<1>(p, a_sum, n_end, half, stream);
