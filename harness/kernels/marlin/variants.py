@@ -30,7 +30,7 @@ from dataclasses import dataclass
 VARIANT_ENV = "HARNESS_CORRECTION_VARIANT"
 #: The variant ``marlin_asym`` runs unless told otherwise: ``auto``, i.e. per shape class
 #: the variant ``AUTO_BY_CLASS`` names (the correction study's pick on the H200:
-#: stream in every class since 2026-12-04; docs/hopper.md section 5.4).
+#: stream at decode, wide above since 2026-12-04; docs/hopper.md sections 5.4-5.5).
 DEFAULT_VARIANT = "auto"
 
 #: Variant ids of the extension's ``marlin_asym_variant`` (index = id). Keep in step with
@@ -111,9 +111,11 @@ SHAPE_CLASSES = (("decode", 1, 16), ("mid", 17, 256), ("large", 257, math.inf))
 #: "Recommendation" on the H200 (docs/hopper.md sections 4-5). Re-run the study on another
 #: GPU before trusting it there; paste the line it prints. stream (with corr_tile where
 #: ``stream_takes_tile`` routes it) was 0.77-0.98x side_stream's time at all 56 production
-#: shapes in graph mode and within +0.3% cold, with the same rel_err (docs/hopper.md 5.4).
+#: shapes in graph mode and within +0.3% cold, with the same rel_err (docs/hopper.md 5.4);
+#: wide, the same sequence with corr_wide where ``wide_takes`` routes it, is the pick above
+#: decode (docs/hopper.md 5.5), where its decode kernel lost to stream's two kernels.
 AUTO_BY_CLASS: dict[str, str] = {
-    "decode": "stream", "mid": "stream", "large": "stream",
+    "decode": "stream", "mid": "wide", "large": "wide",
 }
 
 
