@@ -261,6 +261,14 @@ def measure_all(args: argparse.Namespace) -> list[KernelRow]:
     return rows
 
 
+def is_copy_activity(name: str) -> bool:
+    """Whether a profiler device activity is torch's copy: a copy kernel, or the DMA copy
+    CUPTI names "Memcpy DtoD (Device -> Device)" (on the H200 with torch 2.11 a same-dtype
+    copy_ is the latter; "copy" is not a substring of "memcpy")."""
+    low = name.lower()
+    return "memcpy" in low or "copy" in low
+
+
 def copy_us(nbytes: int, dev: torch.device, reps: int, flush) -> float:
     """Median device time (profiler) of torch's copy of ``nbytes // 2`` bytes into another
     buffer: ``nbytes`` moved, read plus write. NaN for no bytes or no copy kernel seen."""
@@ -269,7 +277,7 @@ def copy_us(nbytes: int, dev: torch.device, reps: int, flush) -> float:
     src = torch.ones(nbytes // 2, dtype=torch.uint8, device=dev)
     dst = torch.empty_like(src)
     durs = [d for name, _, d in _profile(lambda: dst.copy_(src), reps, flush)
-            if "copy" in name.lower()]
+            if is_copy_activity(name)]
     return statistics.median(durs) if durs else math.nan
 
 

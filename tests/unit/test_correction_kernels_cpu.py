@@ -11,6 +11,7 @@ from harness.cases import GemmCase
 from harness.cli import main
 from harness.studies.correction_kernels import (
     VARIANT_KERNELS,
+    is_copy_activity,
     kernel_bytes,
     kernel_class,
     kernel_rows,
@@ -164,3 +165,11 @@ def test_every_stage_names_kernels_with_a_byte_model():
         for spec in specs:
             for k in stage_options(spec):
                 assert kernel_bytes(k, 4, 256, 1024, 128) > 0, (variant, k)
+
+
+def test_the_copy_floor_recognises_torchs_device_copy():
+    """The H200's trace names torch's same-dtype copy "Memcpy DtoD (Device -> Device)": a
+    match on "copy" alone missed it and left every copy_us NaN (study of 394e076)."""
+    assert is_copy_activity("Memcpy DtoD (Device -> Device)")
+    assert is_copy_activity("void at::native::direct_copy_kernel_cuda(...)")
+    assert not is_copy_activity(TILE) and not is_copy_activity(FLUSH)
