@@ -21,10 +21,10 @@ a_group_sum_kernel and correction_accum_kernel), ``side_stream`` (asum_kernel, t
 corr_tile_kernel reading a_sum; alone here, so asum does not share the GPU with Marlin),
 ``fused`` (corr_tile_kernel summing A in-block), ``stream`` (asum_flat_*_kernel, then
 corr_stream_kernel or corr_tile_kernel) and ``wide`` (asum_flat_*_kernel, then
-corr_wide_kernel or stream's accumulation; at M <= 4 corr_decode_kernel alone). ``--cold-l2`` overwrites a buffer of
-twice the L2 between calls (its kernels are not counted), so A, C and delta come from DRAM;
-by default they may sit in L2, as they partly do after Marlin in the real path (Marlin
-has just read A and written C).
+corr_wide_kernel or stream's accumulation; at M <= 4 corr_decode_kernel alone).
+``--cold-l2`` overwrites a buffer of twice the L2 between calls (its kernels are not
+counted), so A, C and delta come from DRAM; by default they may sit in L2, as they partly
+do after Marlin in the real path (Marlin has just read A and written C).
 
 Inputs: A and delta as the path has them (fp16 activations of the case, fp32 delta of
 shape [K / group_size, N]; delta is drawn at random here, the kernels never branch on

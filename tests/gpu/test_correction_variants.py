@@ -169,7 +169,7 @@ def test_stream_kernels_within_2_ulp_and_repeatable(variant, M, gs, K, ext, cuda
     corr_stream's RM 1, 2 and 4 (M < 64, < 128, >= 128; G = 1, and G < 32 at M = 300),
     several column blocks; same bits twice. wide's: corr_wide_kernel where ``wide_takes``
     (2 <= G < 32 at M >= 2, and G >= 32 at M > 256: one to four chunks of 32 groups at
-    M = 300, G = 32, 64, 128) with RM 1, 2, 4 (by M and N; RM 8 in the bitwise test below), G = 6 (a chunk not a
+    M = 300, G = 32, 64, 128) with RM 1, 2, 4 (by M and N), G = 6 (a chunk not a
     multiple of 4), rows past M inside a block, N = 1024 and 8192; its decode kernel at
     M <= 4 (G <= 128, M * K / 8 <= 1024 vectors: one, two and four vectors per thread,
     group sums by shuffles within a warp at vpg 1..32 and over warps at vpg 128..1024);
@@ -198,7 +198,7 @@ def test_wide_and_stream_agree_bit_for_bit_where_both_sum_in_order(M, N, ext, cu
     """At M > 256 with G = 16 stream accumulates with corr_stream_kernel and wide with
     corr_wide_kernel: both add the groups in order g = 0 .. G - 1 in fp32 from the same
     a_sum, so their outputs are the same bits (N = 2176: a last block of 128 columns, whose
-    lanes have no second quad; N = 8192 at M = 1000 and 1024: 8 rows per warp, the last
+    lanes have no second quad; N = 8192 at M = 1000 and 1024: 4 rows per warp, the last
     block of M = 1000 partly past M)."""
     gen = torch.Generator(device=cuda_device).manual_seed(M + N)
     K, gs = 2048, 128
