@@ -103,10 +103,11 @@ def test_ext_id():
 
 
 def test_default_variant_is_the_studied_pick():
-    # docs/hopper.md section 5.5: the H200 study picks wide in every class
+    # docs/hopper.md section 5.5: stream at decode, wide above (the H200 study, graph mode)
     assert marlin_asym.DEFAULT_VARIANT == "auto"
     assert set(cv.AUTO_BY_CLASS) == {c for c, _, _ in cv.SHAPE_CLASSES}
-    assert {cv.concrete_variant("auto", m) for m in (1, 16, 64, 1024)} == {"wide"}
+    assert [cv.concrete_variant("auto", m) for m in (1, 16, 17, 64, 1024)] == \
+        ["stream", "stream", "wide", "wide", "wide"]
 
 
 def test_variant_and_correction_flags_are_constructor_arguments(monkeypatch):

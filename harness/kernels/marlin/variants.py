@@ -30,7 +30,7 @@ from dataclasses import dataclass
 VARIANT_ENV = "HARNESS_CORRECTION_VARIANT"
 #: The variant ``marlin_asym`` runs unless told otherwise: ``auto``, i.e. per shape class
 #: the variant ``AUTO_BY_CLASS`` names (the correction study's pick on the H200:
-#: wide in every class since 2026-12-04; docs/hopper.md section 5.5).
+#: stream at decode, wide above since 2026-12-04; docs/hopper.md section 5.5).
 DEFAULT_VARIANT = "auto"
 
 #: Variant ids of the extension's ``marlin_asym_variant`` (index = id). Keep in step with
@@ -113,10 +113,11 @@ SHAPE_CLASSES = (("decode", 1, 16), ("mid", 17, 256), ("large", 257, math.inf))
 #: ``stream_takes_tile`` routes it) was 0.77-0.98x side_stream's time at all 56 production
 #: shapes in graph mode and within +0.3% cold, with the same rel_err (docs/hopper.md 5.4);
 #: wide (corr_wide where ``wide_takes`` routes it, one kernel after Marlin at M <= 4) took
-#: 0.85-1.00x stream's time at M >= 16 in graph mode and 1.00-1.04x at M = 1, where eager it
-#: took 0.80-0.91x with a third less host work per call (docs/hopper.md 5.5).
+#: 0.85-1.01x stream's time at M >= 16 in graph mode (the gating mode) but 1.00-1.04x at
+#: M = 1, so decode keeps stream; eager at M = 1 wide needs a third less host work per call
+#: (``HARNESS_CORRECTION_VARIANT=wide`` for a host-bound eager decode; docs/hopper.md 5.5).
 AUTO_BY_CLASS: dict[str, str] = {
-    "decode": "wide", "mid": "wide", "large": "wide",
+    "decode": "stream", "mid": "wide", "large": "wide",
 }
 
 

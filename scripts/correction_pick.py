@@ -1,0 +1,92 @@
+"""Issue 21's floor targets for a given per-class pick, from a stored correction study.
+
+``harness study correction`` evaluates the targets on its own recommendation, which leaves
+out the shapes where Marlin itself failed its check (at M = 1024, g128 on the H200 Marlin's
+output differs between calls). This re-reads the study's CSV and evaluates the pick the
+code ships (``AUTO_BY_CLASS``) or one given with ``--picks``, over every shape measured:
+
+    python scripts/correction_pick.py STUDY/correction_study.csv [--picks decode=wide,...]
+        [--markdown TABLE.md]
+
+Prints the per-class median overhead, the targets with PASS/FAIL, and with ``--markdown``
+writes the per-shape table (Marlin alone, Marlin + an empty kernel, the pick, the excess
+in percentage points, graph and cold mode side by side).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+
+import pandas as pd
+
+from harness.kernels.marlin.variants import AUTO_BY_CLASS, SHAPE_CLASSES, check_variant_name
+from harness.studies.correction_report import evaluate_targets, floor_excess, floor_targets
+
+
+def parse_picks(text: str | None) -> dict[str, dict]:
+    """``decode=wide,mid=stream,...`` (default: the code's AUTO_BY_CLASS) as report picks."""
+    table = dict(AUTO_BY_CLASS)
+    for item in filter(None, (text or "").split(",")):
+        cls, _, variant = item.partition("=")
+        if cls not in {c for c, _, _ in SHAPE_CLASSES}:
+            raise SystemExit(f"--picks: {cls!r} is not a shape class")
+        table[cls] = check_variant_name(variant, f"--picks {cls}")
+    return {cls: {"variant": v} for cls, v in table.items()}
+
+
+def load_rows(path: str) -> list[dict]:
+    frame = pd.read_csv(path)
+    frame["correct"] = frame["correct"].map({True: True, False: False, "True": True,
+                                             "False": False})
+    return [{k: (None if pd.isna(v) else v) for k, v in r.items()}
+            for r in frame.to_dict("records")]
+
+
+def markdown(rows: list[dict], picks: dict[str, dict]) -> str:
+    ex = {(e["case_id"], e["mode"]): e for e in floor_excess(rows, picks)}
+    marlin = {(r["case_id"], r["mode"]): r["time_us"] for r in rows
+              if r["variant"] == "marlin_only"}
+    lines = ["| case | variant | Marlin graph us | floor % | overhead % | excess pp "
+             "| Marlin cold us | floor % | overhead % | excess pp |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for cid in sorted({c for c, _ in ex}, key=lambda c: (int(c[1:].split("-")[0]), c)):
+        cells = []
+        for mode in ("graph", "cold"):
+            e = ex.get((cid, mode))
+            cells.append("| | | |" if e is None else
+                         f"{marlin[(cid, mode)]:.2f} | {e['floor_pct']:.1f} | "
+                         f"{e['overhead_pct']:.1f} | {e['excess_pp']:+.1f} |")
+        variant = (ex.get((cid, "graph")) or ex.get((cid, "cold")))["variant"]
+        lines.append(f"| {cid} | {variant} | {cells[0]} {cells[1]}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv", help="correction_study.csv of `harness study correction`")
+    ap.add_argument("--picks", default=None, help="class=variant,... (default AUTO_BY_CLASS)")
+    ap.add_argument("--markdown", default=None, help="write the per-shape table here")
+    args = ap.parse_args(argv)
+    rows = load_rows(args.csv)
+    picks = parse_picks(args.picks)
+    print("picks: " + ", ".join(f"{c}={p['variant']}" for c, p in picks.items()))
+    for cls, pick in picks.items():
+        ov = [r["overhead_pct"] for r in rows if r["shape_class"] == cls
+              and r["variant"] == pick["variant"] and r["overhead_pct"] is not None]
+        if ov:
+            print(f"{cls}: {pick['variant']} median overhead {statistics.median(ov):.1f}% "
+                  f"over {len(ov)} (shape, mode) rows")
+    for name, ok, value in evaluate_targets(rows, picks) + floor_targets(rows, picks):
+        print(f"{'PASS' if ok else 'FAIL'}: {name} ({value})")
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as fh:
+            fh.write(markdown(rows, picks))
+        print(f"wrote {args.markdown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
