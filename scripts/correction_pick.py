@@ -18,10 +18,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from pathlib import Path
 
 import pandas as pd
 
-from harness.kernels.marlin.variants import AUTO_BY_CLASS, SHAPE_CLASSES, check_variant_name
+from harness.kernels.marlin.variants import (
+    AUTO_BY_CLASS,
+    SHAPE_CLASSES,
+    CorrectionVariantError,
+    check_variant_name,
+)
 from harness.studies.correction_report import evaluate_targets, floor_excess, floor_targets
 
 
@@ -31,12 +37,18 @@ def parse_picks(text: str | None) -> dict[str, dict]:
     for item in filter(None, (text or "").split(",")):
         cls, _, variant = item.partition("=")
         if cls not in {c for c, _, _ in SHAPE_CLASSES}:
-            raise SystemExit(f"--picks: {cls!r} is not a shape class")
-        table[cls] = check_variant_name(variant, f"--picks {cls}")
+            raise SystemExit(f"correction_pick: --picks: {cls!r} is not a shape class")
+        try:
+            table[cls] = check_variant_name(variant, f"--picks {cls}")
+        except CorrectionVariantError as exc:
+            raise SystemExit(f"correction_pick: {exc}") from None
     return {cls: {"variant": v} for cls, v in table.items()}
 
 
 def load_rows(path: str) -> list[dict]:
+    """The study's rows (CSV, plain or gzip) as dicts, NaN as None, ``correct`` a bool."""
+    if not Path(path).is_file():
+        raise SystemExit(f"correction_pick: {path}: no such file (a correction_study.csv)")
     frame = pd.read_csv(path)
     frame["correct"] = frame["correct"].map({True: True, False: False, "True": True,
                                              "False": False})

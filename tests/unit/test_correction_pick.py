@@ -1,0 +1,50 @@
+"""scripts/correction_pick.py on the committed H200 correction study: the figures that
+docs/hopper.md section 5.5 quotes come out of the stored rows, for the shipped pick and
+for stream everywhere; a bad pick is refused in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDY = ROOT / "docs" / "data" / "study-correction-h200-61c0452.csv.gz"
+SCRIPT = ROOT / "scripts" / "correction_pick.py"
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), str(STUDY), *args],
+                          capture_output=True, text=True)
+
+
+def test_the_shipped_pick_reproduces_the_documented_targets(tmp_path):
+    table = tmp_path / "pick.md"
+    out = _run("--picks", "decode=stream,mid=wide,large=wide", "--markdown", str(table))
+    assert out.returncode == 0, out.stderr
+    said = out.stdout
+    assert "FAIL: graph excess over Marlin + empty kernel <= 3 pp (median) (18.3 pp)" in said
+    assert "max 41.8 pp at M16-N2048-K8192-g128-s0" in said
+    assert "FAIL: eager overhead <= 15% (median) (36.7%)" in said
+    assert "(max 1.404x)" in said
+    rows = [ln for ln in table.read_text().splitlines() if ln.startswith("| M")]
+    assert len(rows) == 56                                   # every production shape
+    assert rows[0].startswith("| M1-") and "| stream |" in rows[0]
+    assert any(r.startswith("| M1024-N8192-K2048-g128-s0 | wide |") for r in rows)
+
+
+def test_stream_everywhere_is_the_comparison_row():
+    said = _run("--picks", "decode=stream,mid=stream,large=stream").stdout
+    assert "(18.6 pp)" in said and "max 45.3 pp" in said and "(max 1.541x)" in said
+
+
+def test_a_bad_pick_is_refused_in_one_line():
+    for args, says in ((("--picks", "prefill=wide"), "'prefill' is not a shape class"),
+                       (("--picks", "mid=fastest"), "--picks mid: 'fastest' is not one of")):
+        out = _run(*args)
+        assert out.returncode != 0 and says in out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    out = subprocess.run([sys.executable, str(SCRIPT), "no-such.csv"], capture_output=True,
+                         text=True)
+    assert out.returncode != 0 and out.stderr.strip() == (
+        "correction_pick: no-such.csv: no such file (a correction_study.csv)")
