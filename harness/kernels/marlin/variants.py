@@ -113,7 +113,7 @@ SHAPE_CLASSES = (("decode", 1, 16), ("mid", 17, 256), ("large", 257, math.inf))
 #: ``stream_takes_tile`` routes it) was 0.77-0.98x side_stream's time at all 56 production
 #: shapes in graph mode and within +0.3% cold, with the same rel_err (docs/hopper.md 5.4);
 #: wide (corr_wide where ``wide_takes`` routes it, one kernel after Marlin at M <= 4) took
-#: 0.85-1.01x stream's time at M >= 16 in graph mode (the gating mode) but 1.00-1.04x at
+#: 0.85-1.00x stream's time at M >= 32 in graph mode (the gating mode) but 1.00-1.04x at
 #: M = 1, so decode keeps stream; eager at M = 1 wide needs a third less host work per call
 #: (``HARNESS_CORRECTION_VARIANT=wide`` for a host-bound eager decode; docs/hopper.md 5.5).
 AUTO_BY_CLASS: dict[str, str] = {
