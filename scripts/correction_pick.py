@@ -2,8 +2,9 @@
 
 ``harness study correction`` evaluates the targets on its own recommendation, which leaves
 out the shapes where Marlin itself failed its check (at M = 1024, g128 on the H200 Marlin's
-output differs between calls). This re-reads the study's CSV and evaluates the pick the
-code ships (``AUTO_BY_CLASS``) or one given with ``--picks``, over every shape measured:
+output differs between calls), and (since 2026-12-04) on the shipped ``AUTO_BY_CLASS`` over
+every shape, in its Markdown and JSON. This re-reads a stored study's CSV and evaluates the
+pick the code ships now or one given with ``--picks``, over every shape measured:
 
     python scripts/correction_pick.py STUDY/correction_study.csv [--picks decode=wide,...]
         [--markdown TABLE.md]

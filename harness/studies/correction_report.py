@@ -12,6 +12,7 @@ import math
 import statistics
 from pathlib import Path
 
+from harness.kernels.marlin import variants as _variants
 from harness.kernels.marlin.variants import CORRECTIONS, SHAPE_CLASSES
 
 ULP_BUDGET = 2.0
@@ -180,6 +181,15 @@ def floor_targets(rows: list[dict], picks: dict[str, dict]) -> list[tuple[str, b
     return res
 
 
+def shipped_picks(rows: list[dict]) -> dict[str, dict]:
+    """The code's ``AUTO_BY_CLASS`` as picks, for each class whose variant the study
+    measured: the targets of the default that ships, over every shape (``recommend``
+    leaves out the shapes where Marlin itself failed, e.g. M = 1024 g128 on the H200)."""
+    measured = {r["variant"] for r in rows}
+    table = _variants.AUTO_BY_CLASS
+    return {c: {"variant": table[c]} for c, _, _ in SHAPE_CLASSES if table.get(c) in measured}
+
+
 def auto_line(picks: dict[str, dict]) -> str:
     """The line to paste; a class the run did not measure keeps the seed's two_kernel."""
     body = ", ".join(f'"{c}": "{picks[c]["variant"] if c in picks else "two_kernel"}"'
@@ -201,7 +211,8 @@ def _cell(sel: dict, variant: str) -> str:
     return " / ".join(parts)
 
 
-def render_markdown(rows, summary, picks, targets, header: list[str]) -> str:
+def render_markdown(rows, summary, picks, targets, header: list[str],
+                    shipped: tuple[dict, list] | None = None) -> str:
     lines = list(header) + ["", "## Summary per variant and mode", "",
                             "| variant | mode | shapes | errors | incorrect | median overhead % "
                             "| max overhead % "
@@ -223,6 +234,11 @@ def render_markdown(rows, summary, picks, targets, header: list[str]) -> str:
                   "- none: no variant was correct and measured in every class"]
     lines += ["", "```python", auto_line(picks), "```", "", "## Targets on that choice", ""]
     lines += [f"- {'PASS' if ok else 'FAIL'}: {name} ({val})" for name, ok, val in targets]
+    if shipped and shipped[0]:
+        names = ", ".join(f"{c}={p['variant']}" for c, p in shipped[0].items())
+        lines += ["", f"## Targets on the shipped default (AUTO_BY_CLASS: {names}; every shape)",
+                  ""]
+        lines += [f"- {'PASS' if ok else 'FAIL'}: {name} ({val})" for name, ok, val in shipped[1]]
     excess = floor_excess(rows, picks)
     if excess:
         lines += ["", "## Over the floor: the choice against Marlin + an empty kernel (issue 21)",
@@ -251,13 +267,19 @@ def write_outputs(out: Path, rows, extra: dict, header: list[str]) -> tuple[list
     summary = summarize(rows)
     picks = recommend(rows, [v for v in CORRECTIONS if any(r["variant"] == v for r in rows)])
     targets = evaluate_targets(rows, picks) + floor_targets(rows, picks)
+    shipped = shipped_picks(rows)
+    shipped_targets = evaluate_targets(rows, shipped) + floor_targets(rows, shipped)
     with open(out / "correction_study.csv", "w", newline="") as fh:
         wr = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="ignore")
         wr.writeheader()
         wr.writerows(rows)
-    (out / "correction_study.md").write_text(render_markdown(rows, summary, picks, targets, header))
+    (out / "correction_study.md").write_text(render_markdown(
+        rows, summary, picks, targets, header, (shipped, shipped_targets)))
     (out / "correction_study.json").write_text(json.dumps(
         {**extra, "summary": summary, "picks": picks, "auto_line": auto_line(picks),
-         "targets": [{"target": n, "pass": ok, "value": v} for n, ok, v in targets]},
+         "targets": [{"target": n, "pass": ok, "value": v} for n, ok, v in targets],
+         "shipped": {c: p["variant"] for c, p in shipped.items()},
+         "shipped_targets": [{"target": n, "pass": ok, "value": v}
+                             for n, ok, v in shipped_targets]},
         indent=2, default=str))
     return summary, picks, targets

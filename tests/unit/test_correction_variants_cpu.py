@@ -319,6 +319,24 @@ def test_write_outputs(tmp_path):
     assert "## Over the floor" not in md            # no empty-kernel rows in this study
     js = (tmp_path / "correction_study.json").read_text()
     assert '"auto_line"' in js and len(summary) == 6 and picks and targets
+    assert "shipped default" not in md            # AUTO_BY_CLASS's variants not measured here
+    assert json.loads(js)["shipped"] == {}
+
+
+def test_write_outputs_evaluates_the_shipped_default(tmp_path, monkeypatch):
+    """The targets of AUTO_BY_CLASS itself, over every shape, beside the recommendation's
+    (which may leave shapes out): here the shipped fused is wrong at M16 and the study
+    would never pick it, yet its targets are reported."""
+    monkeypatch.setattr(cv, "AUTO_BY_CLASS", {"decode": "fused", "mid": "side_stream",
+                                              "large": "wide"})
+    rows = _rows()
+    study.write_outputs(tmp_path, rows, {}, ["# t"])
+    md = (tmp_path / "correction_study.md").read_text()
+    assert "## Targets on the shipped default (AUTO_BY_CLASS: decode=fused, mid=side_stream;" in md
+    js = json.loads((tmp_path / "correction_study.json").read_text())
+    assert js["shipped"] == {"decode": "fused", "mid": "side_stream"}   # wide: not measured
+    ulp = next(t for t in js["shipped_targets"] if "ULPs" in t["target"])
+    assert ulp["pass"] is False                   # fused's M16 error counts here
 
 
 # ------------------------------------------------------------------ sanity pass (child faked)
