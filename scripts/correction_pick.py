@@ -24,17 +24,22 @@ from pathlib import Path
 import pandas as pd
 
 from harness.kernels.marlin.variants import (
-    AUTO_BY_CLASS,
     SHAPE_CLASSES,
     CorrectionVariantError,
     check_variant_name,
 )
-from harness.studies.correction_report import evaluate_targets, floor_excess, floor_targets
+from harness.studies.correction_report import (
+    evaluate_targets,
+    floor_excess,
+    floor_targets,
+    shipped_picks,
+)
 
 
-def parse_picks(text: str | None) -> dict[str, dict]:
-    """``decode=wide,mid=stream,...`` (default: the code's AUTO_BY_CLASS) as report picks."""
-    table = dict(AUTO_BY_CLASS)
+def parse_picks(text: str | None, rows: list[dict]) -> dict[str, dict]:
+    """``decode=wide,mid=stream,...`` over the code's AUTO_BY_CLASS (the study's
+    ``shipped_picks``: the classes whose shipped variant the study measured) as picks."""
+    table = {c: p["variant"] for c, p in shipped_picks(rows).items()}
     for item in filter(None, (text or "").split(",")):
         cls, _, variant = item.partition("=")
         if cls not in {c for c, _, _ in SHAPE_CLASSES}:
@@ -84,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", default=None, help="write the per-shape table here")
     args = ap.parse_args(argv)
     rows = load_rows(args.csv)
-    picks = parse_picks(args.picks)
+    picks = parse_picks(args.picks, rows)
     print("picks: " + ", ".join(f"{c}={p['variant']}" for c, p in picks.items()))
     for cls, pick in picks.items():
         ov = [r["overhead_pct"] for r in rows if r["shape_class"] == cls

@@ -82,8 +82,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("wide", 9, "correction",
             "stream's sequence with another accumulation where it was measured faster "
             "(2 <= G < 32 at M >= 2, any G at M > 256): a block per 256 columns of 8-32 rows "
-            "stages up to 32 groups of delta and a_sum in shared memory in one round trip "
-            "(with its C values), then each lane adds the groups in order for two quads of "
+            "loads its C values, stages up to 32 groups of delta and a_sum in shared memory, "
+            "then each lane adds the groups in order for two quads of "
             "columns of 1-4 rows; at M <= 4 one kernel after Marlin on its stream (group "
             "sums and accumulation, no side stream); elsewhere stream's kernels"),
     Variant("marlin_only", 0, "baseline",
