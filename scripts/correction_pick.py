@@ -11,7 +11,10 @@ pick the code ships now or one given with ``--picks``, over every shape measured
 
 Prints the per-class median overhead, the targets with PASS/FAIL, and with ``--markdown``
 writes the per-shape table (Marlin alone, Marlin + an empty kernel, the pick, the excess
-in percentage points, graph and cold mode side by side).
+in percentage points, graph and cold mode side by side). A study with ``rmw`` rows (Marlin
++ C read and written back once: the floor of any correction after an unmodified Marlin)
+adds that floor's median and max excess over Marlin + an empty kernel against issue 21's
+targets, and two columns per mode to the table: the rmw floor % and the excess over it.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from harness.studies.correction_report import (
     evaluate_targets,
     floor_excess,
     floor_targets,
+    rmw_floor_lines,
     shipped_picks,
 )
 
@@ -62,20 +66,28 @@ def load_rows(path: str) -> list[dict]:
             for r in frame.to_dict("records")]
 
 
+def _cell(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def markdown(rows: list[dict], picks: dict[str, dict]) -> str:
     ex = {(e["case_id"], e["mode"]): e for e in floor_excess(rows, picks)}
     marlin = {(r["case_id"], r["mode"]): r["time_us"] for r in rows
               if r["variant"] == "marlin_only"}
-    lines = ["| case | variant | Marlin graph us | floor % | overhead % | excess pp "
-             "| Marlin cold us | floor % | overhead % | excess pp |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    rmw = any(e["rmw_floor_pct"] is not None for e in ex.values())
+    extra = " rmw floor % | excess over rmw pp |" if rmw else ""
+    lines = [f"| case | variant | Marlin graph us | floor % | overhead % | excess pp |{extra}"
+             f" Marlin cold us | floor % | overhead % | excess pp |{extra}",
+             "|---|---" + "|---" * (12 if rmw else 8) + "|"]
     for cid in sorted({c for c, _ in ex}, key=lambda c: (int(c[1:].split("-")[0]), c)):
         cells = []
         for mode in ("graph", "cold"):
             e = ex.get((cid, mode))
-            cells.append("| | | |" if e is None else
+            cells.append(("| | | |" + " | |" * rmw) if e is None else
                          f"{marlin[(cid, mode)]:.2f} | {e['floor_pct']:.1f} | "
-                         f"{e['overhead_pct']:.1f} | {e['excess_pp']:+.1f} |")
+                         f"{e['overhead_pct']:.1f} | {e['excess_pp']:+.1f} |"
+                         + (f" {_cell(e['rmw_floor_pct'], '.1f')} |"
+                            f" {_cell(e['excess_rmw_pp'], '+.1f')} |" if rmw else ""))
         variant = (ex.get((cid, "graph")) or ex.get((cid, "cold")))["variant"]
         lines.append(f"| {cid} | {variant} | {cells[0]} {cells[1]}")
     return "\n".join(lines) + "\n"
@@ -99,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"over {len(ov)} (shape, mode) rows")
     for name, ok, value in evaluate_targets(rows, picks) + floor_targets(rows, picks):
         print(f"{'PASS' if ok else 'FAIL'}: {name} ({value})")
+    for line in rmw_floor_lines(rows):
+        print(line)
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as fh:
             fh.write(markdown(rows, picks))

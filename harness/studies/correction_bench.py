@@ -17,7 +17,7 @@ import torch
 from harness.cases.data import case_weight, generate_activations
 from harness.kernels.build import extension
 from harness.kernels.marlin.asym import MarlinAsymPath
-from harness.kernels.marlin.variants import shape_class
+from harness.kernels.marlin.variants import UNCORRECTED, shape_class
 from harness.kernels.reference import a_group_sum, reference_fp64
 from harness.measure.ceilings import l2_cache_bytes
 from harness.measure.envinfo import sm_clock_reader
@@ -181,7 +181,7 @@ class Study:
         for v, c in checks.items():
             if "error" in c:
                 continue
-            if v in ("marlin_only", "empty", "empty_pdl"):   # no correction: written, repeatable
+            if v in UNCORRECTED:                # no correction: written, repeatable
                 c["correct"] = c["nonfinite"] == 0 and c["deterministic"]
                 c["max_corr_ulp"] = c["p99_corr_ulp"] = None
             else:
@@ -241,6 +241,7 @@ class Study:
                         row["floor_ratio"] = row["overhead_us"] / floor
                 rows.append(row)
         for r in rows:  # the same shape's empty-kernel overhead: the marginal launch floor
+            # (never rmw's, which is a floor row of its own: its ratio here is over empty's)
             ref = next((x for x in rows if x["mode"] == r["mode"] and x["variant"] ==
                         ("empty_pdl" if r["variant"].endswith("_pdl") else "empty")), None)
             marg = ref.get("overhead_us") if ref else None

@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 
 from harness.kernels.marlin import variants as _variants
-from harness.kernels.marlin.variants import CORRECTIONS, SHAPE_CLASSES
+from harness.kernels.marlin.variants import CORRECTIONS, SHAPE_CLASSES, UNCORRECTED
 
 ULP_BUDGET = 2.0
 TARGETS = {"graph_median_pct": 5.0, "graph_max_pct": 10.0, "cold_max_pct": 15.0, "floor_ratio": 2.0}
@@ -60,12 +60,13 @@ def summarize(rows: list[dict]) -> list[dict]:
 
 def marlin_failures(rows: list[dict], candidates) -> set[str]:
     """Shapes whose failed checks are Marlin's own, left out of the ranking: Marlin alone
-    (or Marlin + an empty kernel) failed its check there, or EVERY candidate did (a
-    failure no correction causes alone, e.g. Marlin's race at large M on Hopper)."""
+    (or Marlin + a floor: an empty kernel, C read and written back) failed its check there,
+    or EVERY candidate did (a failure no correction causes alone, e.g. Marlin's race at
+    large M on Hopper)."""
     bad = set()
     for cid in {r["case_id"] for r in rows}:
         sel = [r for r in rows if r["case_id"] == cid]
-        floors = [r for r in sel if r["variant"] in ("marlin_only", "empty", "empty_pdl")]
+        floors = [r for r in sel if r["variant"] in UNCORRECTED]
         cand = [r for r in sel if r["variant"] in candidates]
         if any(r.get("correct") is False for r in floors) or (
                 cand and all(r.get("correct") is False for r in cand)):
@@ -138,7 +139,10 @@ def evaluate_targets(rows: list[dict], picks: dict[str, dict]) -> list[tuple[str
 def floor_excess(rows: list[dict], picks: dict[str, dict]) -> list[dict]:
     """Per shape and mode, the picked variant's overhead over Marlin alone, the empty
     kernel's (Marlin + an empty kernel: the floor of any one-kernel correction) and the
-    excess = the difference, in percentage points; shapes without both left out."""
+    excess = the difference, in percentage points; shapes without both left out. Where
+    the study has an ``rmw`` row (Marlin + C read and written back once: the floor of any
+    correction after an unmodified Marlin), also its overhead and the excess over it
+    (``rmw_floor_pct``, ``excess_rmw_pp``; None without one)."""
     by = {(r["case_id"], r["variant"], r["mode"]): r for r in rows}
     out = []
     for r in rows:
@@ -149,10 +153,67 @@ def floor_excess(rows: list[dict], picks: dict[str, dict]) -> list[dict]:
         ov, fl = _num(r, "overhead_pct"), _num(floor, "overhead_pct") if floor else None
         if ov is None or fl is None:
             continue
+        rmw = by.get((r["case_id"], "rmw", r["mode"]))
+        rf = _num(rmw, "overhead_pct") if rmw else None
         out.append({"case_id": r["case_id"], "M": int(r["M"]), "mode": r["mode"],
                     "variant": pick, "overhead_pct": ov, "floor_pct": fl,
-                    "excess_pp": ov - fl})
+                    "excess_pp": ov - fl, "rmw_floor_pct": rf,
+                    "excess_rmw_pp": None if rf is None else ov - rf})
     return out
+
+
+def rmw_floor(rows: list[dict]) -> dict[str, dict]:
+    """Per mode, the ``rmw`` floor over every shape measured: its overhead % over Marlin
+    alone (median, max) and its excess over Marlin + an empty kernel in percentage points
+    (median, max and where; shapes with an ``empty`` row): what any correction applied
+    after an unmodified Marlin costs at least. {} for a study without rmw rows."""
+    by = {(r["case_id"], r["variant"], r["mode"]): r for r in rows}
+    out = {}
+    for mode in dict.fromkeys(r["mode"] for r in rows if r["variant"] == "rmw"):
+        ov, ex = [], []
+        for r in rows:
+            if r["variant"] != "rmw" or r["mode"] != mode or (o := _num(r, "overhead_pct")) is None:
+                continue
+            ov.append(o)
+            empty = by.get((r["case_id"], "empty", mode))
+            if empty is not None and (fl := _num(empty, "overhead_pct")) is not None:
+                ex.append((o - fl, r["case_id"]))
+        if ov:
+            worst = max(ex) if ex else (None, None)
+            out[mode] = {"shapes": len(ov), "median_pct": statistics.median(ov),
+                         "max_pct": max(ov), "excess_shapes": len(ex),
+                         "median_excess_pp": statistics.median(e for e, _ in ex) if ex else None,
+                         "max_excess_pp": worst[0], "max_excess_case": worst[1]}
+    return out
+
+
+def _reach(target: float, floor: float) -> str:
+    """Where a target stands against the rmw floor's figure."""
+    if target >= floor:
+        return "above it"
+    return "BELOW it (no correction after an unmodified Marlin can meet it)"
+
+
+def rmw_floor_lines(rows: list[dict]) -> list[str]:
+    """``rmw_floor`` in words, one line per mode, each with issue 21's targets of that
+    mode (``FLOOR_TARGETS``) set against the floor; [] for a study without rmw rows."""
+    lines = []
+    for mode, f in rmw_floor(rows).items():
+        text = (f"rmw floor ({mode}, {f['shapes']} shapes): overhead over Marlin alone median "
+                f"{f['median_pct']:.1f}%, max {f['max_pct']:.1f}%")
+        if f["median_excess_pp"] is not None:
+            text += (f"; excess over Marlin + empty kernel median {f['median_excess_pp']:.1f} pp,"
+                     f" max {f['max_excess_pp']:.1f} pp at {f['max_excess_case']}")
+        if mode == "graph" and f["median_excess_pp"] is not None:
+            text += (f"; issue 21's median <= {FLOOR_TARGETS['excess_median_pp']:g} pp is "
+                     f"{_reach(FLOOR_TARGETS['excess_median_pp'], f['median_excess_pp'])}, "
+                     f"its max <= {FLOOR_TARGETS['excess_max_pp']:g} pp "
+                     f"{_reach(FLOOR_TARGETS['excess_max_pp'], f['max_excess_pp'])}")
+        elif mode == "cold":
+            text += (f"; issue 21's eager median <= {FLOOR_TARGETS['cold_median_pct']:g}% is "
+                     f"{_reach(FLOOR_TARGETS['cold_median_pct'], f['median_pct'])}")
+        lines.append(text)
+    return lines
 
 
 def floor_targets(rows: list[dict], picks: dict[str, dict]) -> list[tuple[str, bool, str]]:
@@ -201,6 +262,11 @@ def fmt(v, spec=".1f"):
     return "" if v is None or v == "" else (format(v, spec) if isinstance(v, float) else str(v))
 
 
+def _pp(v, spec: str) -> str:
+    """A table cell: ``v`` formatted, or '-' for a shape without the value."""
+    return "-" if v is None else format(v, spec)
+
+
 def _cell(sel: dict, variant: str) -> str:
     parts = []
     for m in ("cold", "graph"):
@@ -241,11 +307,19 @@ def render_markdown(rows, summary, picks, targets, header: list[str],
         lines += [f"- {'PASS' if ok else 'FAIL'}: {name} ({val})" for name, ok, val in shipped[1]]
     excess = floor_excess(rows, picks)
     if excess:
+        rmw = any(e["rmw_floor_pct"] is not None for e in excess)
         lines += ["", "## Over the floor: the choice against Marlin + an empty kernel (issue 21)",
-                  "", "| case | mode | variant | overhead % | floor % | excess (pp) |",
-                  "|---" * 6 + "|"]
+                  "", "| case | mode | variant | overhead % | floor % | excess (pp) |"
+                  + (" rmw floor % | excess over rmw (pp) |" if rmw else ""),
+                  "|---" * (8 if rmw else 6) + "|"]
         lines += [f"| {e['case_id']} | {e['mode']} | {e['variant']} | {e['overhead_pct']:.1f} "
-                  f"| {e['floor_pct']:.1f} | {e['excess_pp']:+.1f} |" for e in excess]
+                  f"| {e['floor_pct']:.1f} | {e['excess_pp']:+.1f} |"
+                  + (f" {_pp(e['rmw_floor_pct'], '.1f')} | {_pp(e['excess_rmw_pp'], '+.1f')} |"
+                     if rmw else "") for e in excess]
+    rmw_lines = rmw_floor_lines(rows)
+    if rmw_lines:
+        lines += ["", "## The rmw floor: Marlin + C read and written back once", ""]
+        lines += [f"- {line}" for line in rmw_lines]
     variants = list(dict.fromkeys(r["variant"] for r in rows if r["variant"] != "marlin_only"))
     lines += ["", "## Per shape: Marlin alone (µs) and each variant's overhead % (cold / graph)",
               "",
@@ -279,6 +353,7 @@ def write_outputs(out: Path, rows, extra: dict, header: list[str]) -> tuple[list
         {**extra, "summary": summary, "picks": picks, "auto_line": auto_line(picks),
          "targets": [{"target": n, "pass": ok, "value": v} for n, ok, v in targets],
          "shipped": {c: p["variant"] for c, p in shipped.items()},
+         "rmw_floor": rmw_floor(rows),
          "shipped_targets": [{"target": n, "pass": ok, "value": v}
                              for n, ok, v in shipped_targets]},
         indent=2, default=str))

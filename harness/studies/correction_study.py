@@ -14,10 +14,12 @@ size 128 or K) it
      (the scale an fp32 sum rounded to fp16 is bounded by; the parity chain's measure),
      C_marlin being Marlin's own output on the same inputs; plus rel_err vs reference_fp64;
   2. times Marlin alone (before and after the variants; their mean is the baseline, the
-     second one is kept as ``marlin_us_end`` to show drift), each variant, and Marlin +
-     an empty kernel (plain and PDL: the floor of a one-kernel correction) in eager
-     ("cold") and CUDA-graph modes with ``harness.measure.timing`` over rotated operand
-     copies (``harness.measure.rotation``, > 3 x L2), the same R calls per batch for all;
+     second one is kept as ``marlin_us_end`` to show drift), each variant, Marlin + an
+     empty kernel (plain and PDL: the floor of a one-kernel correction) and Marlin + one
+     kernel reading and writing C back unchanged (``rmw``: the floor of any correction
+     after an unmodified Marlin) in eager ("cold") and CUDA-graph modes with
+     ``harness.measure.timing`` over rotated operand copies (``harness.measure.rotation``,
+     > 3 x L2), the same R calls per batch for all;
   3. derives overhead = variant / Marlin - 1 and the floor ratio = overhead_us / the
      empty kernel's own per-call time in that mode.
 Writes DIR/correction_study.{csv,md,json} and DIR/log.txt; prints the per-variant summary,
@@ -44,7 +46,13 @@ import torch
 from harness.cases import MATRICES
 from harness.cases.data import QuantizedWeight, quantize_asymmetric
 from harness.kernels.build import BuildError, build_info, extension
-from harness.kernels.marlin.variants import STUDIED, check_extension_names, check_variant_name
+from harness.kernels.marlin.variants import (
+    FLOORS,
+    STUDIED,
+    UNCORRECTED,
+    check_extension_names,
+    check_variant_name,
+)
 from harness.kernels.reference import a_group_sum, reference_fp64
 from harness.measure.envinfo import environment
 from harness.measure.rotation import Operands
@@ -72,6 +80,8 @@ from .correction_report import (  # noqa: F401  (re-exported: the study's public
     marlin_failures,
     recommend,
     render_markdown,
+    rmw_floor,
+    rmw_floor_lines,
     summarize,
     write_outputs,
 )
@@ -109,7 +119,7 @@ def run_sanity(args) -> int:
                 pack = prepared.state["pack"]
                 corr = a_group_sum(A, pack.group_size) @ pack.delta.double()
                 r = study.check(prepared, A, v, mo, corr, reference_fp64(A, w))
-                if v not in ("marlin_only", "empty", "empty_pdl"):
+                if v not in UNCORRECTED:
                     worst = max(worst, r["max_corr_ulp"])
                 if r["nonfinite"] or not r["deterministic"]:
                     err = err or f"M{M} N{N} K{K} g{gs}: {r}"
@@ -311,7 +321,7 @@ def main(argv=None) -> int:
         rows += new
         durations.append(time.monotonic() - t_case)
         best = min((r for r in new if r.get("overhead_pct") is not None and r.get("correct")
-                    and r["variant"] not in ("empty", "empty_pdl")),
+                    and r["variant"] not in FLOORS),
                    key=lambda r: r["overhead_pct"], default=None)
         m = {r["mode"]: r["marlin_us"] for r in new if r["variant"] == "marlin_only"}
         log(f"{case.id:28s} marlin " + " / ".join(f"{fmt(m.get(k))}" for k in args.modes)
@@ -336,6 +346,8 @@ def main(argv=None) -> int:
     log("paste into harness/kernels/marlin/variants.py: " + auto_line(picks))
     for name, ok, val in targets:
         log(f"  {'PASS' if ok else 'FAIL'} {name}: {val}")
+    for line in rmw_floor_lines(rows):
+        log(f"  {line}")
     log(f"wrote {out / 'correction_study.csv'}, .md, .json")
     return 0 if rows else 2
 

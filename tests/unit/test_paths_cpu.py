@@ -207,7 +207,8 @@ def test_sources_and_quanto_lookup():
     names = {p.name for p in build.own_sources()}
     assert {"native_int4.cu", "correction.cu", "bindings.cpp", "harness_kernels.h",
             "correction_variants.cu", "correction_variants.cuh", "correction_variant_graph.cu",
-            "correction_variant_side_stream.cu", "correction_variant_fused.cu"} <= names
+            "correction_variant_side_stream.cu", "correction_variant_fused.cu",
+            "correction_variant_floor.cu"} <= names
     folder, why = build.quanto_marlin_dir()
     assert (folder is None) != (why is None)
     if folder is not None:

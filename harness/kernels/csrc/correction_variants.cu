@@ -17,6 +17,8 @@
 //    (griddepcontrol.wait) only just before touching C.
 //  * empty_kernel (correction_variant_fused.cu): the launch-latency floor, measured the
 //    same way as the corrections.
+//  * rmw_kernel (correction_variant_floor.cu): C read and written back unchanged, once: the
+//    floor of any correction after an unmodified Marlin (it must read and write C).
 //  * two_kernel_lean and graph (correction_variant_graph.cu) reuse the seed's kernels.
 //  * stream (correction_variant_stream.cu): side_stream's sequence with a_sum cut by group
 //    (asum_flat_*) and an accumulation without shared memory or barriers (corr_stream_kernel).
@@ -118,7 +120,7 @@ using namespace corr_detail;
 const char* correction_variant_name(int variant) {
   static const char* const names[kVariantCount] = {
       "marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl", "empty", "empty_pdl",
-      "stream", "wide"};
+      "stream", "wide", "rmw"};
   return variant >= 0 && variant < kVariantCount ? names[variant] : nullptr;
 }
 
@@ -182,6 +184,13 @@ int run_marlin_asym_variant(int variant, const CorrectionProblem& p, const Marli
       if (e != cudaSuccess) *err = e;
       return 0;
     }
+    case kVariantRmw: {
+      const int rc = run_marlin(mc, marlin, stream, err);
+      if (rc != 0 || *err != cudaSuccess) return rc;
+      const cudaError_t e = launch_rmw(p, stream);
+      if (e != cudaSuccess) *err = e;
+      return 0;
+    }
     case kVariantFused:
     case kVariantFusedPdl:
     case kVariantEmpty:
@@ -230,7 +239,7 @@ cudaError_t run_correction_variant(int variant, const CorrectionProblem& p, cuda
     case kVariantFusedPdl:
       return launch_tile(p, nullptr, true, variant == kVariantFusedPdl && pdl_supported(p.device), stream);
     default:
-      t_detail = "this variant has no correction of its own (marlin_only, empty, empty_pdl)";
+      t_detail = "this variant has no correction of its own (marlin_only, empty, empty_pdl, rmw)";
       return cudaErrorInvalidValue;
   }
 }

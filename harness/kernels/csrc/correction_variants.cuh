@@ -15,6 +15,8 @@
 //                                        the barrier-free accumulation (corr_stream_kernel)
 //   correction_variant_wide.cu           wide: corr_wide_kernel (a warp per 256 columns)
 //   correction_variant_decode.cu         wide at M <= 4: corr_decode_kernel (one launch)
+//   correction_variant_floor.cu          the rmw floor: rmw_kernel (C read and written
+//                                        back unchanged, once)
 // This header holds what more than one of them needs: constants, the device helpers of
 // the a_sum stage, the launch configurations and the per-device state.
 #pragma once
@@ -204,6 +206,9 @@ int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, Marli
 cudaError_t launch_tile(const CorrectionProblem& p, const float* a_sum, bool sum_in_block, bool pdl,
                         cudaStream_t stream);
 cudaError_t launch_empty_impl(bool pdl, cudaStream_t stream);
+// correction_variant_floor.cu: every half of p.C (M x N) read and written back unchanged
+// (16-byte vectors when C is 16-byte aligned, else half2 or single halves), one launch.
+cudaError_t launch_rmw(const CorrectionProblem& p, cudaStream_t stream);
 // correction_variant_stream.cu: why the stream kernels cannot take `p` (nullptr: they can),
 // a_sum into `a_sum` by group, and the accumulation reading that a_sum.
 const char* stream_unsupported(const CorrectionProblem& p);

@@ -90,7 +90,10 @@ enum CorrectionVariant : int {
   kVariantWide = 9,           // stream's sequence with the wide accumulation where it wins
                               // (correction_variant_wide.cu); at M <= 4 one kernel after
                               // Marlin (correction_variant_decode.cu)
-  kVariantCount = 10
+  kVariantRmw = 10,           // Marlin + one kernel that reads C and writes it back unchanged:
+                              // the floor of any correction after an unmodified Marlin
+                              // (correction_variant_floor.cu)
+  kVariantCount = 11
 };
 
 // Marlin's arguments, so the variant drivers can launch (and capture) it via a callback.

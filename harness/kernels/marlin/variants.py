@@ -9,7 +9,7 @@ file per variant family: ``correction_variant_graph.cu`` (two_kernel_lean, graph
 ``correction_variant_side_stream.cu`` (side_stream's a_sum), ``correction_variant_fused.cu``
 (the tiled kernel of side_stream / fused / fused_pdl, and the empty floors),
 ``correction_variant_stream.cu`` (stream's two kernels), ``correction_variant_wide.cu``
-(wide's accumulation).
+(wide's accumulation), ``correction_variant_floor.cu`` (the rmw floor's kernel).
 
 Extension point: a new variant is one id in ``CorrectionVariant`` (harness_kernels.h),
 its name in ``correction_variant_name`` and a branch in ``run_marlin_asym_variant``
@@ -36,7 +36,7 @@ DEFAULT_VARIANT = "auto"
 #: Variant ids of the extension's ``marlin_asym_variant`` (index = id). Keep in step with
 #: ``CorrectionVariant`` in csrc/harness_kernels.h.
 EXT_VARIANTS = ("marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl",
-                "empty", "empty_pdl", "stream", "wide")
+                "empty", "empty_pdl", "stream", "wide", "rmw")
 
 
 class CorrectionVariantError(ValueError):
@@ -49,7 +49,7 @@ class Variant:
 
     name: str
     ext_id: int | None   # id for the extension's marlin_asym_variant; None: another route
-    kind: str            # "correction", "baseline" (Marlin alone), "floor" (empty kernel), "auto"
+    kind: str            # "correction", "baseline" (Marlin alone), "floor" (no correction), "auto"
     description: str
 
 
@@ -92,6 +92,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "Marlin + one empty kernel: the floor of any one-kernel correction"),
     Variant("empty_pdl", 7, "floor",
             "Marlin + one empty kernel launched with PDL: the floor of fused_pdl"),
+    Variant("rmw", 10, "floor",
+            "Marlin + one kernel that reads every element of C and writes it back unchanged "
+            "(16-byte accesses): the floor of any correction after an unmodified Marlin, "
+            "which must read and write C once"),
     Variant("auto", None, "auto", "per call, the variant AUTO_BY_CLASS names for M's shape class"),
 )}
 
@@ -101,6 +105,9 @@ EXT_IDS: dict[str, int | None] = {n: v.ext_id for n, v in VARIANTS.items() if v.
 #: Real corrections, in the order the study measures them.
 CORRECTIONS = tuple(n for n, v in VARIANTS.items() if v.kind == "correction")
 FLOORS = tuple(n for n, v in VARIANTS.items() if v.kind == "floor")
+#: The variants with no correction of their own: their output is Marlin's, checked for
+#: being written and repeatable, not for a correction's accuracy.
+UNCORRECTED = ("marlin_only",) + FLOORS
 #: Everything the study times per shape (the baseline first).
 STUDIED = ("marlin_only",) + CORRECTIONS + FLOORS
 
