@@ -22,6 +22,8 @@ from ..reports.calibration import (
     run_medians,
     spreads,
 )
+from ..reports.gate import evaluate
+from ..reports.markdown import text_table
 from ..reports.stats import median
 from ..results.baseline import (
     BaselineMeta,
@@ -32,12 +34,15 @@ from ..results.baseline import (
     write_baseline_matrix,
 )
 from ..results.environment import (
+    Environment,
+    IncompatibleBaselineError,
     check_environment,
     warning_lines,
 )
-from ..results.schema import Key
+from ..results.schema import Key, ResultRow
 from ..results.store import Run, load_run, now_iso
 from ..results.writer import DirLock
+from .baseline_rows import RowFilter, previous_baselines, select_rows
 
 
 def _load_aa_runs(run_paths: Sequence[str | Path],
@@ -150,17 +155,31 @@ def calibrate(
 def record(
     run_paths: Sequence[str | Path], root: str | Path, settings: Settings, *,
     arch: str | None = None, coverage: float = DEFAULT_COVERAGE, prior_df: float = DEFAULT_PRIOR_DF,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] = print, only_faster: bool = False, paths: Sequence[str] = (),
 ) -> list[Path]:
     """A new baseline from N A/A runs of one commit: per key the medoid run's row (the run
     whose median is nearest the runs' median) and margins from all of them. The json names
-    every source run by commit, GPU uuid, host, boot id and date."""
+    every source run by commit, GPU uuid, host, boot id and date.
+
+    ``only_faster`` / ``paths`` (``--only-faster``, ``--paths``): the medoid rows are gated
+    against the previous baseline (its margins) and replace its rows only where they read
+    FASTER / are of ``paths``; keys it lacks are added, every other key keeps its previous
+    row as it was (``baseline_rows``). The noise margins still come from the A/A runs for
+    every key they timed, kept rows included: they describe the machines' noise, which
+    holds for a kept row as well; a kept key the runs did not time keeps its previous
+    margin. Nothing is written when a matrix has no comparable previous baseline or
+    ``paths`` names a path of neither side (one-line errors)."""
+    only = RowFilter(only_faster, tuple(paths))
     all_runs = _load_aa_runs(run_paths, echo)
     arch = run_arch(all_runs[0], arch)
     directory = Path(root) / arch
-    written = []
+    pending = []
     with DirLock(directory):
-        for matrix, runs in _by_matrix(all_runs).items():
+        by_matrix = _by_matrix(all_runs)
+        previous = (previous_baselines(directory, by_matrix, only,
+                                       {r.path for run in all_runs for r in run.rows})
+                    if only.active else {})
+        for matrix, runs in by_matrix.items():
             per_run = [[r for r in run.rows if r.matrix == matrix] for run in runs]
             rows, _ = medoid_rows(per_run)
             spread = _spreads_for(runs, matrix, settings, coverage, prior_df)
@@ -168,16 +187,55 @@ def record(
                                      settings.noise_margin_floor, spread)
             first = runs[0].metas.get(matrix)
             env = (first.environment if first else runs[0].environment).with_fallbacks(arch=arch)
+            margins = {k: s.margin for k, s in spread.items()}
+            source = f"{len(runs)} A/A runs of {env.commit[:12]} (calibration.sources)"
+            if only.active:
+                rows, margins, source = _keep_previous(matrix, runs[0], env, rows, margins,
+                                                       source, previous[matrix], only,
+                                                       settings, echo)
             meta = BaselineMeta(
                 matrix=matrix, arch=arch, environment=env, rows_sha256="",
-                noise_margins={k: s.margin for k, s in spread.items()},
+                noise_margins=margins,
                 settings=run_settings(runs[0], matrix) if first else settings.to_dict(),
-                source=f"{len(runs)} A/A runs of {env.commit[:12]} (calibration.sources)",
-                accepted=now_iso(), calibration=info)
+                source=source, accepted=now_iso(), calibration=info)
+            pending.append((rows, meta, len(runs), info, spread))
+        written = []
+        for rows, meta, n_runs, info, spread in pending:
             written.append(write_baseline_matrix(directory, rows, meta))
-            _say_margins(echo, matrix, len(runs), info["machines"], spread)
-            echo(f"{matrix}: baseline written to {written[-1]}")
+            _say_margins(echo, meta.matrix, n_runs, info["machines"], spread)
+            echo(f"{meta.matrix}: baseline written to {written[-1]}")
     return written
+
+
+def _keep_previous(
+    matrix: str, run: Run, env: Environment, rows: list[ResultRow], margins: dict[Key, float],
+    source: str, previous: tuple[list[ResultRow], BaselineMeta], only: RowFilter,
+    settings: Settings, echo: Callable[[str], None],
+) -> tuple[list[ResultRow], dict[Key, float], str]:
+    """``record``'s rows, margins and source under ``only``: the medoid ``rows`` gated
+    against the ``previous`` baseline of ``matrix`` (its margins), ``baseline_rows``
+    choosing per key; margins of the A/A runs where they have one, else the previous."""
+    old_rows, old_meta = previous
+    try:
+        warnings = check_environment(old_meta.environment, env, baseline_settings(old_meta),
+                                     run_settings(run, matrix), what="previous baseline",
+                                     current="A/A runs")
+    except IncompatibleBaselineError as exc:
+        raise IncompatibleBaselineError(f"{matrix}: {exc}; {only.describe()} cannot judge "
+                                        "rows against it") from None
+    for line in warning_lines(f"harness baseline record: {matrix}", warnings):
+        echo(line)
+    result = evaluate(rows, old_rows, settings, margins=old_meta.noise_margins,
+                      baseline_label="old baseline", current_label="A/A medoid rows")
+    echo(f"{matrix}: changes against the previous baseline:")
+    echo(text_table(result, changes_only=True))
+    chosen = select_rows(matrix, result, rows, old_rows, only)
+    for line in chosen.lines():
+        echo(line)
+    keys = {r.key for r in chosen.rows}
+    kept = {k: v for k, v in old_meta.noise_margins.items() if k in keys and k not in margins}
+    return (list(chosen.rows), kept | {k: v for k, v in margins.items() if k in keys},
+            chosen.source(source, old_meta.source))
 
 
 def lomo_table(run_paths: Sequence[str | Path], settings: Settings, *, coverage: float,

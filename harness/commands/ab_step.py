@@ -4,10 +4,12 @@ For each gated matrix of a stored run, the rows to confirm are those its gate fa
 SLOWER and those the *screen* flags (``reports.ab_confirm.screen_keys``): a gated row
 whose median moved beyond the setting ``ab_screen`` (2%) against the stored baseline,
 Mann-Whitney significant, whatever its cross-machine margin, and every gated row of a
-(path, mode) whose median change is beyond it. The baseline's own commit (from the
-baseline json) and the current commit are measured here, interleaved, restricted to
-those rows, by ``harness compare`` in git worktrees (the build cache is shared; one
-compare for all matrices whose baselines share a commit); ``reports.ab_confirm.apply_ab``
+(path, mode) whose median change is beyond it. The commit each baseline row was measured
+at (its ``commit``; the baseline json's where the row has none) and the current commit
+are measured here, interleaved, restricted to those rows, by ``harness compare`` in git
+worktrees (the build cache is shared; one compare per baseline commit, for the rows of
+all matrices measured at it: a baseline promoted with ``harness baseline accept
+--only-faster`` holds rows of several commits); ``reports.ab_confirm.apply_ab``
 then makes the A/B verdict the row's: SLOWER fails (also for a row inside its
 cross-machine margin), SAME or FASTER clears. The A/B record is stored in the matrix's
 json (``ab_confirm``) and the gate record is rewritten with the final verdicts, so
@@ -39,10 +41,10 @@ from pathlib import Path
 
 from ..config import Settings
 from ..errors import EXPECTED_ERRORS, one_line
-from ..reports.ab_confirm import AB_KEY, ABRecord, ABRow, apply_ab, screen_keys
+from ..reports.ab_confirm import AB_KEY, ABRecord, ABRow, apply_ab, same_commit, screen_keys
 from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import stored_partial, write_gate_record
-from ..reports.verdicts import GateResult, Verdict
+from ..reports.verdicts import GateResult, RowVerdict, Verdict
 from ..results.baseline import baseline_dir, load_baseline
 from ..results.store import load_run, read_meta, write_meta
 from .bench_runner import bench_paths, bench_rows, with_requests
@@ -142,18 +144,26 @@ def ab_confirm(
     runner: BenchRunner = subprocess_runner, echo: Callable[[str], None] = print,
 ) -> dict[str, int | None]:
     """A/B the failing SLOWER rows and the screened rows of each of ``matrices`` in
-    ``run_dir``: one ``compare`` for the matrices whose baselines share a commit (one set
-    of bench processes: their start-up is most of an A/B's cost). Per matrix its new exit
-    code, or None when there was nothing to confirm or it could not be done (said in one
-    line)."""
+    ``run_dir``, each against the commit its baseline row was measured at (the row's
+    ``commit``; the baseline's own where the row has none): one ``compare`` per such
+    commit, for the rows of all matrices measured at it (one set of bench processes:
+    their start-up is most of an A/B's cost). A baseline whose rows share one commit (a
+    whole run promoted) gives one compare, as before ``--only-faster`` existed; after
+    ``harness baseline accept --only-faster`` its rows may come from several. Per matrix
+    its new exit code, or None when there was nothing to confirm or it could not be done
+    (said in one line); a matrix whose rows only partly could be measured keeps the
+    verdicts of the others."""
     out: dict[str, int | None] = dict.fromkeys(matrices)
     todo = {m: p for m in matrices
             if (p := _pending(run_dir, m, baselines, arch, settings, echo)) is not None}
-    groups: dict[str, list[str]] = {}
-    for m, p in todo.items():
-        groups.setdefault(p.base_commit, []).append(m)
-    for base_commit, group in groups.items():
-        slow = [v for m in group for v in todo[m].slow]
+    groups = commit_groups(todo)
+    readings: dict[str, dict] = {}   # matrix -> key -> (its A/B reading, the base sha)
+    heads: dict[str, str] = {}
+    for base_commit, members in groups.items():
+        group = list(dict.fromkeys(m for m, _ in members))
+        slow = [v for _, v in members]
+        where = f"{', '.join(group)}" + (f" (rows of baseline commit {base_commit[:12]})"
+                                         if len(groups) > 1 else "")
         try:
             if _dirty(repo):
                 raise ValueError("uncommitted changes under harness/: the measured code is "
@@ -163,7 +173,8 @@ def ab_confirm(
             plugins = tuple(dict.fromkeys(
                 str(p) for m in group
                 for p in read_meta(run_dir / f"{m}.json").extra.get("plugins", ()) or ()))
-            outcome = compare(base, head, settings, work_dir=run_dir / "ab" / "+".join(group),
+            name = "+".join(group) + (f"@{base_commit[:12]}" if len(groups) > 1 else "")
+            outcome = compare(base, head, settings, work_dir=run_dir / "ab" / name,
                               repo=repo, matrix=",".join(group),
                               filter=case_filter([v.current for v in slow], universe=[
                                   v.current for m in group for v in todo[m].result.verdicts
@@ -173,27 +184,59 @@ def ab_confirm(
                               modes=sorted({v.mode for v in slow}), rounds=rounds, confirm=False,
                               runner=current_side_plugins(runner, plugins, repo), echo=echo)
         except EXPECTED_ERRORS as exc:
-            echo(f"harness job: A/B of {', '.join(group)} not done, its verdicts stand: "
-                 f"{one_line(exc)}")
+            echo(f"harness job: A/B of {where} not done, its verdicts stand: {one_line(exc)}")
             continue
         got = {(v.row.matrix, *v.key): v for v in outcome.result.verdicts}
-        for m in group:
-            out[m] = _store(run_dir, m, todo[m], got, outcome.extended, base, head, rounds,
-                            echo)
+        for m, v in members:     # this group's own rows only (a key may be in another's)
+            readings.setdefault(m, {})[v.key] = (_reading(m, v, got, outcome.extended), base)
+            heads[m] = head
+    for m, keyed in readings.items():
+        out[m] = _store(run_dir, m, todo[m], keyed, heads[m], rounds, echo)
     return out
 
 
-def _store(run_dir: Path, matrix: str, pending: _Pending, got: dict, extended: Mapping,
-           base: str, head: str, rounds: int, echo: Callable[[str], None]) -> int:
+def row_commit(v: RowVerdict, fallback: str) -> str:
+    """The commit a verdict's baseline row was measured at: the row's own ``commit``, or
+    ``fallback`` (the baseline environment's) where the row has none ("" or git's null
+    id, all zeros, which synthetic rows carry)."""
+    commit = v.baseline.commit.strip() if v.baseline is not None else ""
+    return commit if commit.strip("0") else fallback
+
+
+def commit_groups(todo: Mapping[str, _Pending]) -> dict[str, list[tuple[str, RowVerdict]]]:
+    """The rows to confirm of each matrix, grouped by the commit of their baseline row
+    (``row_commit``; two spellings of one commit, e.g. 12 and 40 hex digits, are one
+    group), in the order the matrices and their rows come."""
+    groups: dict[str, list[tuple[str, RowVerdict]]] = {}
+    for m, p in todo.items():
+        for v in p.slow:
+            commit = row_commit(v, p.base_commit)
+            commit = next((c for c in groups if same_commit(c, commit)), commit)
+            groups.setdefault(commit, []).append((m, v))
+    return groups
+
+
+def _reading(matrix: str, v: RowVerdict, got: Mapping, extended: Mapping) -> tuple:
+    """(verdict, change, threshold, rounds) of ``v``'s A/B reading in ``got``."""
+    r = got.get((matrix, *v.key))
+    if r is None:
+        return Verdict.MISSING.value, float("nan"), float("nan"), 0
+    return r.verdict.value, r.time_change, r.threshold, extended.get(v.key, 0)
+
+
+def _store(run_dir: Path, matrix: str, pending: _Pending, readings: Mapping, head: str,
+           rounds: int, echo: Callable[[str], None]) -> int:
     """Record ``matrix``'s A/B readings with the run and rewrite its gate record
-    (``extended``: the rows measured in more rounds, key -> rounds)."""
-    def reading(v):
-        r = got.get((matrix, *v.key))
-        if r is None:
-            return Verdict.MISSING.value, float("nan"), float("nan"), 0
-        return r.verdict.value, r.time_change, r.threshold, extended.get(v.key, 0)
-    record = ABRecord(matrix, base, head, rounds,
-                      tuple(ABRow(*v.key, *reading(v)) for v in pending.slow))
+    (``readings``: key -> (verdict, change, threshold, rounds), the baseline commit it was
+    measured against). The record's baseline commit is the baseline's own (what a replay
+    checks it against, ``record_for``); a row measured against another says so."""
+    shas = [sha for _, sha in readings.values()]
+    own = next((sha for sha in shas if same_commit(sha, pending.base_commit)), None)
+    record_base = own or pending.base_commit or shas[0]
+    rows = tuple(ABRow(*v.key, *readings[v.key][0],
+                       "" if readings[v.key][1] == record_base else readings[v.key][1])
+                 for v in pending.slow if v.key in readings)
+    record = ABRecord(matrix, record_base, head, rounds, rows)
     final = apply_ab(pending.result, record)
     csv_path = run_dir / f"{matrix}.csv"
     meta = read_meta(csv_path.with_suffix(".json"))

@@ -2,7 +2,10 @@
 
 ``accept`` promotes a run (printing the gate table against the previous baseline first,
 then asking unless ``--yes``); ``record`` makes a new baseline from N A/A runs of one
-commit (per case the medoid run's row) and ``calibrate`` replaces the noise margins of the
+commit (per case the medoid run's row). Both take ``--only-faster`` (only the rows the
+gate reads FASTER against the previous baseline replace theirs) and ``--paths P1,P2``
+(only rows of these paths are replaced), so a re-baseline cannot carry a slowdown in
+(``baseline_rows``). ``calibrate`` replaces the noise margins of the
 existing one from such runs (``harness.reports.calibration``); ``lomo`` checks those
 margins leaving one machine out; ``show`` prints what a baseline directory holds. The
 files themselves are ``harness.results.baseline``'s. Exit 0, or 1 when ``lomo`` finds a
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..config import Settings
@@ -47,8 +50,14 @@ from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run, now_iso
 from ..results.writer import DirLock
 from .aa_baselines import calibrate, lomo_table, record
+from .baseline_rows import RowFilter, previous_baselines, row_filter, select_rows
 from .common import add_settings_args, csv_list, plain, settings_from_args
 
+ONLY_FASTER_HELP = ("per key, take the new row only where the gate reads it FASTER against the "
+                    "previous baseline (a key the baseline lacks is added); every other key "
+                    "keeps the previous baseline's row, so a slowdown is never baselined")
+PATHS_HELP = ("comma-separated paths: only their rows are replaced (rows of other paths keep "
+              "the previous baseline's)")
 RUNS_HELP = ("A/A result directories of one commit, from separate processes on separate "
              "machines (at least 4 processes on 3 machines for a baseline that must hold on a "
              "new machine; docs/measurement.md)")
@@ -67,6 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--yes", action="store_true",
                    help="promote without asking (for CI); "
                         "otherwise asks after printing the changes")
+    a.add_argument("--only-faster", action="store_true", help=ONLY_FASTER_HELP)
+    a.add_argument("--paths", default=None, metavar="P1,P2", help=PATHS_HELP)
     add_settings_args(a)
     a.set_defaults(func=run_accept)
     for name, helptext, func in (
@@ -88,6 +99,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         c.add_argument("--prior-df", type=float, default=DEFAULT_PRIOR_DF,
                        help="weight, in degrees of freedom, of the class's pooled spread against a "
                             f"row's own (default {DEFAULT_PRIOR_DF:g})")
+        if name == "record":
+            c.add_argument("--only-faster", action="store_true", help=ONLY_FASTER_HELP)
+            c.add_argument("--paths", default=None, metavar="P1,P2", help=PATHS_HELP)
         if name == "lomo":
             c.add_argument("--planted", type=float, default=0.05,
                            help="planted slowdown checked on each held-out run (default 0.05)")
@@ -111,8 +125,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_accept(args: argparse.Namespace) -> int:
+    only = row_filter(args.only_faster, args.paths)
     accept(load_run(args.run), args.root, settings_from_args(args), arch=args.arch,
-           confirm=None if args.yes else _ask_accept)
+           confirm=None if args.yes else _ask_accept, only_faster=only.only_faster,
+           paths=only.paths)
     return 0
 
 
@@ -131,8 +147,10 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def run_record(args: argparse.Namespace) -> int:
+    only = row_filter(args.only_faster, args.paths)
     record(args.runs, args.root, settings_from_args(args), arch=args.arch,
-           coverage=args.coverage, prior_df=args.prior_df)
+           coverage=args.coverage, prior_df=args.prior_df, only_faster=only.only_faster,
+           paths=only.paths)
     return 0
 
 
@@ -172,6 +190,7 @@ def _run_name(run: Run, matrix: str) -> str:
 def accept(
     run: Run, root: str | Path, settings: Settings, *, arch: str | None = None,
     echo: Callable[[str], None] = print, confirm: Callable[[], bool] | None = None,
+    only_faster: bool = False, paths: Sequence[str] = (),
 ) -> list[Path]:
     """Promote ``run`` to the baseline of its arch, printing the diff against the old one.
 
@@ -183,21 +202,33 @@ def accept(
     environment change: its warnings are printed); a previous baseline it refuses is
     replaced without a diff. The baseline's settings are the run's ``run_settings`` (its
     settings, timing modes and CPU threads), so later comparisons can check them.
+
+    ``only_faster`` / ``paths`` (``harness baseline accept --only-faster --paths``): per
+    key the run's row replaces the previous baseline's only where the gate above reads it
+    FASTER / where its path is one of ``paths`` (keys the baseline lacks are added); the
+    other keys keep the previous row as it was (``baseline_rows``), a summary line per
+    matrix says how many of each, and the json's ``source`` which rows came from where.
+    They need a comparable previous baseline of every matrix (one-line error otherwise).
     """
+    only = RowFilter(only_faster, tuple(paths))
     arch = run_arch(run, arch)
     directory = Path(root) / arch
     written: list[Path] = []
     pending: list[tuple[list[ResultRow], BaselineMeta]] = []
     with DirLock(directory):
+        previous = (previous_baselines(directory, run.matrices, only, {r.path for r in run.rows})
+                    if only.active else {})
         for matrix in run.matrices:
             rows = [r for r in run.rows if r.matrix == matrix]
+            source = _run_name(run, matrix)
             env = (run.metas[matrix].environment if matrix in run.metas else Environment())
             env = env.with_fallbacks(arch=arch, gpu_name=rows[0].device_name if rows else "",
                                      commit=rows[0].commit if rows else "")
             margins: dict[Key, float] = {}
             calibration: Mapping[str, object] = {}
             try:
-                old_rows, old_meta = read_baseline_matrix(directory, matrix)
+                old_rows, old_meta = (previous[matrix] if only.active
+                                      else read_baseline_matrix(directory, matrix))
             except BaselineNotFoundError:
                 echo(f"{matrix}: no previous baseline in {directory}; accepting {len(rows)} rows")
             except SchemaError as exc:
@@ -209,6 +240,10 @@ def accept(
                                                  run_settings(run, matrix),
                                                  what="previous baseline")
                 except IncompatibleBaselineError as exc:
+                    if only.active:
+                        raise IncompatibleBaselineError(
+                            f"{matrix}: {exc}; {only.describe()} cannot judge rows against "
+                            "it") from None
                     warnings = None
                     echo(f"{matrix}: {exc}; replacing it without a diff")
                 if warnings is not None:
@@ -218,13 +253,19 @@ def accept(
                                       baseline_label="old baseline", current_label=run.label)
                     echo(f"{matrix}: changes against the previous baseline:")
                     echo(text_table(result, changes_only=True))
+                    if only.active:
+                        chosen = select_rows(matrix, result, rows, old_rows, only)
+                        for line in chosen.lines():
+                            echo(line)
+                        rows = list(chosen.rows)
+                        source = chosen.source(source, old_meta.source)
                     keys = {r.key for r in rows}
                     margins = {k: v for k, v in old_meta.noise_margins.items() if k in keys}
                     calibration = old_meta.calibration
             meta = BaselineMeta(
                 matrix=matrix, arch=arch, environment=env, rows_sha256="", noise_margins=margins,
                 settings=run_settings(run, matrix) if matrix in run.metas else settings.to_dict(),
-                source=_run_name(run, matrix),
+                source=source,
                 accepted=now_iso(), calibration=calibration,
             )
             pending.append((rows, meta))

@@ -57,7 +57,10 @@ class ABRow:
     record of version 1, which did not store it). ``rounds``: the interleaved rounds per
     side the row was judged on, when more than the record's (an undecided row measured
     again, its threshold then the standard error of the rounds' means); 0 = the
-    record's."""
+    record's. ``baseline_commit``: the commit the row was measured against where it is not
+    the record's (a baseline whose rows come from several commits, after ``harness
+    baseline accept --only-faster``: each row is measured against its own row's commit);
+    "" = the record's."""
 
     case_id: str
     path: str
@@ -66,6 +69,7 @@ class ABRow:
     change: float
     threshold: float = math.nan
     rounds: int = 0
+    baseline_commit: str = ""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -90,7 +94,9 @@ class ABRecord:
                 "rows": {"|".join(r.key): {"verdict": r.verdict,
                                            "change": _finite(r.change),
                                            "threshold": _finite(r.threshold),
-                                           **({"rounds": r.rounds} if r.rounds else {})}
+                                           **({"rounds": r.rounds} if r.rounds else {}),
+                                           **({"baseline_commit": r.baseline_commit}
+                                              if r.baseline_commit else {})}
                          for r in self.rows}}
 
     @classmethod
@@ -104,7 +110,8 @@ class ABRecord:
                 rows.append(ABRow(case_id, path, mode, str(v["verdict"]),
                                   math.nan if change is None else float(change),
                                   math.nan if threshold is None else float(threshold),
-                                  int(v.get("rounds", 0))))
+                                  int(v.get("rounds", 0)),
+                                  str(v.get("baseline_commit", ""))))
             return cls(str(d["matrix"]), str(d["baseline_commit"]), str(d["current_commit"]),
                        int(d["rounds"]), tuple(rows), int(d.get("version", AB_RECORD_VERSION)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -169,8 +176,11 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
     if record is None or not record.rows:
         return result
     by_key = {r.key: r for r in record.rows}
-    against = f"A/B on this machine, {record.rounds} interleaved round(s), against " \
-              f"{record.baseline_commit[:12]}"
+
+    def against(*commits: str) -> str:
+        return (f"A/B on this machine, {record.rounds} interleaved round(s), against "
+                + ", ".join(dict.fromkeys((c or record.baseline_commit)[:12] for c in commits)))
+
     out, cleared, kept, found = [], 0, 0, 0
     for v in result.verdicts:
         ab = by_key.get(v.key) if v.matrix == record.matrix else None
@@ -180,7 +190,7 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
         limit = f", threshold {ab.threshold:.2%}" if math.isfinite(ab.threshold) else ""
         if ab.rounds:
             limit += f" after {ab.rounds} rounds, from the standard error of their means"
-        said = f"{against}: {ab.change:+.2%} ({ab.verdict}{limit})"
+        said = f"{against(ab.baseline_commit)}: {ab.change:+.2%} ({ab.verdict}{limit})"
         if v.verdict == Verdict.SAME and not v.fails and v.current is not None:
             if ab.verdict == Verdict.SLOWER.value:      # inside the margin, slower here
                 out.append(replace(v, verdict=Verdict.SLOWER, fails=True, reasons=v.reasons + (
@@ -202,7 +212,7 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
                                reasons=v.reasons + (f"cleared by {said}: the stored "
                                                     "baseline's offset is the machine's",)))
             cleared += 1
-    note = (f"{against}: {kept} SLOWER row(s) kept, {cleared} cleared, {found} found "
-            f"by the A/B screen (docs/measurement.md §9)")
+    note = (f"{against(*(r.baseline_commit for r in record.rows))}: {kept} SLOWER row(s) "
+            f"kept, {cleared} cleared, {found} found by the A/B screen (docs/measurement.md §9)")
     return replace(result, verdicts=tuple(sorted(out, key=_order)),
                    notes=result.notes + (note,))

@@ -377,3 +377,69 @@ def test_two_matrices_share_one_ab_compare(tmp_path, head_speed, exit_code):
         rec = stored_ab(read_meta(run_dir / f"{matrix}.json"))
         assert rec.matrix == matrix and rec.rows
         assert {r.verdict for r in rec.rows} == {"SAME" if exit_code == 0 else "SLOWER"}
+
+
+# ------------------------------------------- a baseline whose rows come from two commits
+def test_rows_group_by_their_baseline_rows_commit_spelled_either_way():
+    from harness.commands.ab_step import _Pending, commit_groups, row_commit
+
+    result = _gate()
+    slow = [v for v in result.verdicts if v.path == "marlin_asym"]
+    at = {v.key: ("e" * 40 if v.case_id.startswith("M1-") else "f" * 12) for v in slow}
+    slow = [replace(v, baseline=replace(v.baseline, commit=at[v.key])) for v in slow]
+    # the same commit in 12 and 40 digits is one group; git's null id falls back
+    other = [replace(v, baseline=replace(v.baseline, commit=c))
+             for v, c in zip(slow, ("e" * 12, "0" * 40, ""), strict=False)]
+    groups = commit_groups({"a": _Pending(result, "d" * 40, slow),
+                            "b": _Pending(result, "d" * 40, other)})
+    assert {c: sorted((m, v.key) for m, v in g) for c, g in groups.items()} == {
+        "e" * 40: sorted([("a", k) for k, c in at.items() if c == "e" * 40]
+                         + [("b", other[0].key)]),
+        "f" * 12: sorted(("a", k) for k, c in at.items() if c == "f" * 12),
+        "d" * 40: sorted(("b", v.key) for v in other[1:]),
+    }
+    assert row_commit(other[1], "d" * 40) == "d" * 40
+
+
+@pytest.mark.parametrize("head_speed, exit_code", [("1.00", 0), ("1.05", 1)])
+def test_a_mixed_commit_baseline_gets_one_compare_per_commit_each_with_its_rows(
+        tmp_path, capsys, head_speed, exit_code):
+    """After `harness baseline accept --only-faster` the M1 rows of marlin_asym were
+    measured at the faster commit (the baseline's environment) and the M16 rows at the
+    older one: each row is A/B'd against its own row's commit, one compare per commit,
+    and the record says which; report replays the same verdicts."""
+    repo, base_sha, head_sha = _repo(tmp_path, head_speed)
+    mid_sha = _git(repo, "commit-tree", f"{base_sha}^{{tree}}", "-p", base_sha, "-m", "mid")
+
+    def measured_at(r):
+        return mid_sha if r.case_id.startswith("M1-") and r.path == "marlin_asym" else base_sha
+    mixed = [replace(r, commit=measured_at(r)[:12]) for r in BASE]
+    run_dir = _stored(tmp_path, mid_sha, head_sha, baseline=mixed)
+    fake = ThisMachine()
+    code = ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, rounds=2, repo=repo, runner=fake,
+                             echo=lambda s: None)
+    assert code == exit_code
+    flagged = {(r.case_id, r.path) for r in BASE if r.path == "marlin_asym"}
+    want = {sha: tuple(sorted((r.case_id, r.path) for r in BASE
+                              if r.path == "marlin_asym" and measured_at(r) == sha))
+            for sha in (mid_sha, base_sha)}
+    assert all(want.values()) and set(want[mid_sha]) | set(want[base_sha]) == flagged
+    for sha in (mid_sha, base_sha):        # each baseline side measured its own rows only
+        assert {c.rows for c in fake.calls if c.revision == sha} == {want[sha]}
+    assert {c.rows for c in fake.calls if c.revision == head_sha} == set(want.values())
+    assert {p.name for p in (run_dir / "ab").iterdir()} == {
+        f"synthetic@{mid_sha[:12]}", f"synthetic@{base_sha[:12]}"}
+    rec = stored_ab(read_meta(run_dir / "synthetic.json"))
+    assert rec.baseline_commit == mid_sha           # the baseline's own: replay finds it
+    assert {r.key[0]: r.baseline_commit for r in rec.rows} == {
+        case: ("" if sha == mid_sha else base_sha) for sha, rows in want.items()
+        for case, _ in rows}
+    assert {r.verdict for r in rec.rows} == {"SAME" if exit_code == 0 else "SLOWER"}
+    assert ABRecord.from_dict(rec.to_dict()) == rec
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / "rep")]) == exit_code
+    assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
+    text = (tmp_path / "rep" / "report.csv").read_text()
+    assert f"against {mid_sha[:12]}:" in text and f"against {base_sha[:12]}:" in text
