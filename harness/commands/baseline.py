@@ -257,6 +257,9 @@ def accept(
                         chosen = select_rows(matrix, result, rows, old_rows, only)
                         for line in chosen.lines():
                             echo(line)
+                        if chosen.n_new == 0:   # its json would name a run it took nothing of
+                            echo(f"{matrix}: no row taken; its baseline is left as it was")
+                            continue
                         rows = list(chosen.rows)
                         source = chosen.source(source, old_meta.source)
                     keys = {r.key for r in rows}

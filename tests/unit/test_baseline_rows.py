@@ -283,3 +283,17 @@ def test_record_paths_unknown_is_one_line(tmp_path, capsys):
                "--paths", "marlin_asym,nope"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err and "nope" in err
+
+
+def test_a_matrix_that_takes_no_row_is_left_byte_for_byte(tmp_path):
+    _previous(tmp_path / "baselines")
+    folder = tmp_path / "baselines" / "sm90"
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    out: list[str] = []
+    # fp16_cache only read SLOWER: nothing of it is taken, so nothing may be rewritten
+    # (its json would name the new run, the settings and the date of a run it took no row of)
+    written = accept(load_run(_run(tmp_path)), tmp_path / "baselines", S, echo=out.append,
+                     only_faster=True, paths=("fp16_cache",))
+    assert written == []
+    assert "synthetic: no row taken; its baseline is left as it was" in out
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
