@@ -12,7 +12,7 @@ pick the code ships now or one given with ``--picks``, over every shape measured
 Prints the per-class median overhead, the targets with PASS/FAIL, and with ``--markdown``
 writes the per-shape table (Marlin alone, Marlin + an empty kernel, the pick, the excess
 in percentage points, graph and cold mode side by side). A study with ``rmw`` rows (Marlin
-+ C read and written back once: the floor of any correction after an unmodified Marlin)
++ C read and written back once: the floor of a correction that reads C after Marlin)
 adds that floor's median and max excess over Marlin + an empty kernel against issue 21's
 targets, and two columns per mode to the table: the rmw floor % and the excess over it.
 """

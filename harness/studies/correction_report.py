@@ -191,7 +191,9 @@ def _reach(target: float, floor: float) -> str:
     """Where a target stands against the rmw floor's figure."""
     if target >= floor:
         return "above it"
-    return "BELOW it (no correction after an unmodified Marlin can meet it)"
+    # rmw reads C back, then writes it: a correction that never reads C (fire-and-forget
+    # reductions into C) is not bounded by it
+    return "BELOW it (no correction that reads and writes C after Marlin can meet it)"
 
 
 def rmw_floor_lines(rows: list[dict]) -> list[str]:

@@ -1,5 +1,5 @@
 """CPU tests of the ``rmw`` floor (Marlin + one kernel reading C and writing it back
-unchanged: the floor of any correction after an unmodified Marlin): its registry entry and
+unchanged: the floor of a correction that reads C after Marlin): its registry entry and
 its agreement with the CUDA source, and the study report's rmw columns and summary lines
 (``correction_report`` and ``scripts/correction_pick.py``) on a small synthetic study,
 with and without rmw rows."""

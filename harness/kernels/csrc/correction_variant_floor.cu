@@ -1,7 +1,9 @@
 // Floor variant rmw: Marlin, then one kernel that reads every element of C and writes it
-// back unchanged (rmw_kernel). Any correction applied after an unmodified Marlin must read
-// and write C once, so Marlin + rmw is the least such a path can cost; the empty floors
-// (correction_variant_fused.cu) count only the launch.
+// back unchanged (rmw_kernel). A correction that loads C after an unmodified Marlin and
+// stores C + corr (every variant here) must read and write C once, so Marlin + rmw is the
+// least such a path can cost; the empty floors (correction_variant_fused.cu) count only
+// the launch. (A correction of fire-and-forget reductions into C never loads it and is not
+// bounded by rmw; none is built yet.)
 //  * rmw_kernel<T>: C as 16-byte vectors (8 halves) when C is 16-byte aligned, else as
 //    half2 words (4-byte aligned) or single halves; each thread loads kRmwUnroll of them
 //    (consecutive threads, consecutive vectors: coalesced), then stores them all, so one

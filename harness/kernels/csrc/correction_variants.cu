@@ -18,7 +18,7 @@
 //  * empty_kernel (correction_variant_fused.cu): the launch-latency floor, measured the
 //    same way as the corrections.
 //  * rmw_kernel (correction_variant_floor.cu): C read and written back unchanged, once: the
-//    floor of any correction after an unmodified Marlin (it must read and write C).
+//    floor of a correction that reads C after Marlin and writes it back (all of ours).
 //  * two_kernel_lean and graph (correction_variant_graph.cu) reuse the seed's kernels.
 //  * stream (correction_variant_stream.cu): side_stream's sequence with a_sum cut by group
 //    (asum_flat_*) and an accumulation without shared memory or barriers (corr_stream_kernel).

@@ -91,7 +91,7 @@ enum CorrectionVariant : int {
                               // (correction_variant_wide.cu); at M <= 4 one kernel after
                               // Marlin (correction_variant_decode.cu)
   kVariantRmw = 10,           // Marlin + one kernel that reads C and writes it back unchanged:
-                              // the floor of any correction after an unmodified Marlin
+                              // the floor of a correction reading C after Marlin
                               // (correction_variant_floor.cu)
   kVariantCount = 11
 };

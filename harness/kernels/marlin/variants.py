@@ -94,8 +94,8 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "Marlin + one empty kernel launched with PDL: the floor of fused_pdl"),
     Variant("rmw", 10, "floor",
             "Marlin + one kernel that reads every element of C and writes it back unchanged "
-            "(16-byte accesses): the floor of any correction after an unmodified Marlin, "
-            "which must read and write C once"),
+            "(16-byte accesses): the floor of a correction that reads C after Marlin and "
+            "writes it back (every correction here does)"),
     Variant("auto", None, "auto", "per call, the variant AUTO_BY_CLASS names for M's shape class"),
 )}
 
