@@ -191,8 +191,8 @@ def _reach(target: float, floor: float) -> str:
     """Where a target stands against the rmw floor's figure."""
     if target >= floor:
         return "above it"
-    # rmw reads C back, then writes it: a correction that never reads C (fire-and-forget
-    # reductions into C) is not bounded by it
+    # rmw reads C back, then writes it; a correction of reductions into C would skip the
+    # read, not the launch and the round trip for its inputs (docs/hopper.md 5.6)
     return "BELOW it (no correction that reads and writes C after Marlin can meet it)"
 
 

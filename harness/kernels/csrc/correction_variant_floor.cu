@@ -2,8 +2,8 @@
 // back unchanged (rmw_kernel). A correction that loads C after an unmodified Marlin and
 // stores C + corr (every variant here) must read and write C once, so Marlin + rmw is the
 // least such a path can cost; the empty floors (correction_variant_fused.cu) count only
-// the launch. (A correction of fire-and-forget reductions into C never loads it and is not
-// bounded by rmw; none is built yet.)
+// the launch. (A correction of fire-and-forget reductions into C would skip C's read but not
+// the launch and the round trip for delta and a_sum: docs/hopper.md 5.6. Not built.)
 //  * rmw_kernel<T>: C as 16-byte vectors (8 halves) when C is 16-byte aligned, else as
 //    half2 words (4-byte aligned) or single halves; each thread loads kRmwUnroll of them
 //    (consecutive threads, consecutive vectors: coalesced), then stores them all, so one
