@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -139,6 +140,12 @@ class Baseline:
 
     @property
     def label(self) -> str:
+        """``baseline <commit>``; a baseline whose rows come from several commits (a
+        filtered re-baseline, ``harness baseline accept --only-faster``) names each with its
+        row count, most rows first, so no report credits one commit with every row."""
+        counts = Counter(r.commit[:12] for r in self.rows if r.commit.strip("0"))
+        if len(counts) > 1:
+            return "baseline " + " + ".join(f"{c} ({n} rows)" for c, n in counts.most_common())
         env = self.environment
         return f"baseline {env.commit[:12]}" if env.commit else f"baseline {self.directory}"
 

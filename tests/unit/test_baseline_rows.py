@@ -29,6 +29,7 @@ from harness.reports.verdicts import Verdict
 from harness.results.baseline import (
     BaselineMeta,
     BaselineNotFoundError,
+    load_baseline,
     read_baseline_matrix,
     write_baseline_matrix,
 )
@@ -297,3 +298,11 @@ def test_a_matrix_that_takes_no_row_is_left_byte_for_byte(tmp_path):
     assert written == []
     assert "synthetic: no row taken; its baseline is left as it was" in out
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+
+
+def test_a_baseline_of_several_commits_names_each_in_its_label(tmp_path):
+    _accept(tmp_path, only_faster=True)
+    base = load_baseline(tmp_path / "baselines" / "sm90")
+    assert base.label == f"baseline {OLD} (24 rows) + {NEW} (7 rows)"
+    _previous(tmp_path / "one")                            # every row of one commit
+    assert load_baseline(tmp_path / "one" / "sm90").label == f"baseline {OLD}"
