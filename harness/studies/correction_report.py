@@ -130,7 +130,8 @@ def evaluate_targets(rows: list[dict], picks: dict[str, dict]) -> list[tuple[str
                     max(mf) <= TARGETS["floor_ratio"],
                     f"max {max(mf):.2f}x, median {statistics.median(mf):.2f}x"))
     skip = marlins_own(rows) & {r["case_id"] for r in chosen}
-    u = [v for r in chosen if r["case_id"] not in skip and (v := _num(r, "max_corr_ulp")) is not None]
+    u = [v for r in chosen
+         if r["case_id"] not in skip and (v := _num(r, "max_corr_ulp")) is not None]
     if u:
         left = f"; left out, Marlin's own failures: {', '.join(sorted(skip))}" if skip else ""
         res.append(("correction within 2 fp16 ULPs of fp64", max(u) <= ULP_BUDGET,
