@@ -35,6 +35,7 @@ from harness.studies.correction_report import (
     evaluate_targets,
     floor_excess,
     floor_targets,
+    rmw_excess_lines,
     rmw_floor_lines,
     shipped_picks,
 )
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"over {len(ov)} (shape, mode) rows")
     for name, ok, value in evaluate_targets(rows, picks) + floor_targets(rows, picks):
         print(f"{'PASS' if ok else 'FAIL'}: {name} ({value})")
-    for line in rmw_floor_lines(rows):
+    for line in rmw_floor_lines(rows) + rmw_excess_lines(rows, picks, "the pick"):
         print(line)
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as fh:

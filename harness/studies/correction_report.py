@@ -231,6 +231,21 @@ def rmw_floor_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+def rmw_excess_lines(rows: list[dict], picks: dict[str, dict], what: str) -> list[str]:
+    """Per mode, the median and max of ``what`` (the picks, e.g. "the shipped default") over
+    Marlin + rmw, in percentage points: how far it is from the floor of a correction that
+    reads C after Marlin; [] for a study without rmw rows."""
+    lines = []
+    ex = [e for e in floor_excess(rows, picks) if e["excess_rmw_pp"] is not None]
+    for mode in dict.fromkeys(e["mode"] for e in ex):
+        sel = [(e["excess_rmw_pp"], e["case_id"]) for e in ex if e["mode"] == mode]
+        top = max(sel)
+        lines.append(f"{what} over the rmw floor ({mode}, {len(sel)} shapes): median "
+                     f"{statistics.median(v for v, _ in sel):.1f} pp, max {top[0]:.1f} pp "
+                     f"at {top[1]}")
+    return lines
+
+
 def floor_targets(rows: list[dict], picks: dict[str, dict]) -> list[tuple[str, bool, str]]:
     """Issue 21's targets (``FLOOR_TARGETS``) on the per-class choice."""
     ex = floor_excess(rows, picks)
@@ -331,7 +346,8 @@ def render_markdown(rows, summary, picks, targets, header: list[str],
                   f"| {e['floor_pct']:.1f} | {e['excess_pp']:+.1f} |"
                   + (f" {_pp(e['rmw_floor_pct'], '.1f')} | {_pp(e['excess_rmw_pp'], '+.1f')} |"
                      if rmw else "") for e in excess]
-    rmw_lines = rmw_floor_lines(rows)
+    rmw_lines = rmw_floor_lines(rows) + rmw_excess_lines(rows, shipped_picks(rows),
+                                                         "the shipped default")
     if rmw_lines:
         lines += ["", "## The rmw floor: Marlin + C read and written back once", ""]
         lines += [f"- {line}" for line in rmw_lines]

@@ -80,8 +80,10 @@ from .correction_report import (  # noqa: F401  (re-exported: the study's public
     marlin_failures,
     recommend,
     render_markdown,
+    rmw_excess_lines,
     rmw_floor,
     rmw_floor_lines,
+    shipped_picks,
     summarize,
     write_outputs,
 )
@@ -346,7 +348,8 @@ def main(argv=None) -> int:
     log("paste into harness/kernels/marlin/variants.py: " + auto_line(picks))
     for name, ok, val in targets:
         log(f"  {'PASS' if ok else 'FAIL'} {name}: {val}")
-    for line in rmw_floor_lines(rows):
+    for line in rmw_floor_lines(rows) + rmw_excess_lines(rows, shipped_picks(rows),
+                                                         "the shipped default"):
         log(f"  {line}")
     log(f"wrote {out / 'correction_study.csv'}, .md, .json")
     return 0 if rows else 2

@@ -66,5 +66,7 @@ def test_the_rmw_floor_figures_of_hopper_5_6_come_from_the_stored_study(tmp_path
             "excess over Marlin + empty kernel median 4.7 pp, max 8.7 pp") in said
     assert "(18.3 pp)" in said and "max 42.5 pp" in said and "(37.7%)" in said
     assert "(max 1.416x)" in said
+    assert ("the pick over the rmw floor (graph, 56 shapes): median 11.9 pp, max 37.9 pp at "
+            "M16-N2048-K8192-g128-s0") in said
     rows = [ln for ln in table.read_text().splitlines() if ln.startswith("| M")]
     assert len(rows) == 56 and all(r.count("|") == 15 for r in rows)   # rmw columns, both modes

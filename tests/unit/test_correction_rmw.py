@@ -184,3 +184,13 @@ def test_correction_pick_reports_the_rmw_floor(with_rmw, pick, tmp_path, capsys)
     else:
         assert "rmw" not in said and "rmw" not in table.read_text()
         assert lines[1] == "|---" * 10 + "|" and row.count("|") == 11
+
+
+def test_rmw_excess_lines_give_the_picks_distance_to_the_floor():
+    lines = rep.rmw_excess_lines(_study(), PICKS, "the pick")
+    # graph: stream 9 - 5 = 4 at M1, wide 10 - 7 = 3 at M64, 14 - 9 = 5 at M1024
+    assert lines == ["the pick over the rmw floor (cold, 3 shapes): median 7.0 pp, max 12.0 pp "
+                     "at M1-N2048",
+                     "the pick over the rmw floor (graph, 3 shapes): median 4.0 pp, max 5.0 pp "
+                     "at M1024-N2048"]
+    assert rep.rmw_excess_lines(_study(with_rmw=False), PICKS, "the pick") == []
