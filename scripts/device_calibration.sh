@@ -77,13 +77,16 @@ step build python3 -c "from harness.kernels.build import extension, build_info; 
 # basebuild (with FROM_BUNDLE, on by default): the committed baselines' commit's extension
 # too, as a runner that has run the job before has it cached; else the job's first A/B
 # bench compiles it (~30 s of the job's time on a fresh H200, a4 of 2026-12-04)
+# (every commit the gated baselines' rows name: after `baseline accept --only-faster` the
+# A/B confirms each row against its own row's commit)
 if [ -n "${FROM_BUNDLE:-}" ] && [ -z "${NO_BASEBUILD:-}" ]; then
-  basec=$(python3 -c "import json; print(json.load(open('baselines/sm90/production.json'))['environment']['commit'])")
-  if git worktree add -q --detach /tmp/base-$tag "$basec" 2>/dev/null; then
-    step basebuild env -C "/tmp/base-$tag" PYTHONPATH="/tmp/base-$tag:$PYTHONPATH" \
-      python3 -c "import harness; print(harness.__file__); from harness.kernels.build import extension, build_info; extension(); print(build_info())"
-    git worktree remove --force /tmp/base-$tag
-  fi
+  for basec in $(python3 -c "import csv; print(' '.join(sorted({r['commit'] for m in ('production', 'swiglu') for r in csv.DictReader(open(f'baselines/sm90/{m}.csv'))})))"); do
+    if git worktree add -q --detach /tmp/base-$tag-$basec "$basec" 2>/dev/null; then
+      step basebuild-$basec env -C "/tmp/base-$tag-$basec" PYTHONPATH="/tmp/base-$tag-$basec:$PYTHONPATH" \
+        python3 -c "import harness; print(harness.__file__); from harness.kernels.build import extension, build_info; extension(); print(build_info())"
+      git worktree remove --force /tmp/base-$tag-$basec
+    fi
+  done
 fi
 [[ $steps == *" nox "* ]] && step nox python3 -m nox -s bench-sm90 -- --out "$res/aa" --no-progress ${NOX_ARGS:-} \
   && tail -12 "$logs/$tag-nox.log"
