@@ -110,6 +110,8 @@ class ShardedBench:
         self.execs = {slot: self._start(spec) for slot, spec in self.specs.items()}
         self.deaths = dict.fromkeys(self.specs, 0)
         self.info = self._hello()
+        #: a restarted worker's hello, read into ``info`` when the run's json is written
+        self._rehello: dict[int, cf.Future] = {}
 
     def _start(self, spec: WorkerSpec) -> cf.ProcessPoolExecutor:
         return cf.ProcessPoolExecutor(max_workers=1, mp_context=self._mp,
@@ -168,10 +170,27 @@ class ShardedBench:
     def measured(self) -> dict:
         return measured_settings(self.settings.to_dict(), {**self.extra, "modes": list(self.modes)})
 
+    def _refresh(self) -> None:
+        """Fold the hello of each restarted worker that has answered into ``info``: its
+        pid now, every pid the slot had (``pids``) and its ``restarts``."""
+        for slot, fut in list(self._rehello.items()):
+            if not fut.done():
+                continue
+            del self._rehello[slot]
+            old = self.info.get(slot)
+            if old is None or fut.exception() is not None:
+                continue                                # died again: the next death says so
+            pids = [*old.get("pids", [old["pid"]]), fut.result()["pid"]]
+            self.info[slot] = {**old, "pid": pids[-1], "pids": pids,
+                               "restarts": old.get("restarts", 0) + 1}
+
     def _meta(self, matrix: str, notes: dict, wall: dict) -> RunMeta:
+        self._refresh()
         first = self._first()
-        devices = [{k: i[k] for k in ("slot", "gpu_index", "gpu_uuid", "gpu_name", "pid",
-                                      "ceilings")} for _, i in sorted(self.info.items())]
+        devices = [{**{k: i[k] for k in ("slot", "gpu_index", "gpu_uuid", "gpu_name", "pid",
+                                         "ceilings")},
+                    "pids": i.get("pids", [i["pid"]]), "restarts": i.get("restarts", 0)}
+                   for _, i in sorted(self.info.items())]
         extra = {**self.extra, "modes": list(self.modes), "paths": list(self.paths),
                  "ceilings_detail": first["ceilings_detail"], "devices": devices,
                  "row_notes": dict(sorted(notes.items())), "wall_s_by_stage": dict(wall)}
@@ -285,6 +304,7 @@ class ShardedBench:
                 self._retire(slot)
             else:
                 self.execs[slot] = self._start(spec)
+                self._rehello[slot] = self.execs[slot].submit(shard_worker.hello)
         if attempt + 1 < MAX_ATTEMPTS:
             pending.appendleft((case, attempt + 1, spec.device))
             return

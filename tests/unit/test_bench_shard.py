@@ -96,6 +96,14 @@ def test_a_killed_worker_loses_only_its_case_which_another_device_measures(tmp_p
     assert len(rows) == 6 and all(r["status"] == "ok" for r in rows)
     moved = {r["gpu_uuid"] for r in rows if r["M"] == "16"}
     assert moved == {f"cpu:{1 - int(found.group(1))}"}      # measured by the other device
+    # the json names the restarted worker's pid, not the dead one's
+    [meta] = (tmp_path / "r").glob("*/cpu/smoke.json")
+    devices = {d["slot"]: d for d in json.loads(meta.read_text())["devices"]}
+    started = dict(re.findall(r"worker (\d) on cpu .*, pid (\d+)", said))
+    dead, alive = devices[int(found.group(1))], devices[1 - int(found.group(1))]
+    assert dead["restarts"] == 1 and len(dead["pids"]) == 2
+    assert dead["pids"][0] == int(started[found.group(1)]) != dead["pid"] == dead["pids"][1]
+    assert alive["restarts"] == 0 and alive["pids"] == [alive["pid"]]
 
 
 @pytest.mark.slow
