@@ -42,7 +42,7 @@ from ..results.environment import (
 from ..results.schema import Key, ResultRow
 from ..results.store import Run, load_run, now_iso
 from ..results.writer import DirLock
-from .baseline_rows import RowFilter, previous_baselines, select_rows
+from .baseline_rows import RowFilter, previous_baselines, select_rows, where_to
 
 
 def _load_aa_runs(run_paths: Sequence[str | Path],
@@ -131,7 +131,7 @@ def calibrate(
     stored in the existing baseline json(s); the baseline rows are kept."""
     all_runs = _load_aa_runs(run_paths, echo)
     arch = run_arch(all_runs[0], arch)
-    directory = Path(root) / arch
+    directory = where_to(root, arch, all_runs[0], False, echo)   # the runs' model's baseline
     out: dict[str, dict[Key, float]] = {}
     with DirLock(directory):
         for matrix, runs in _by_matrix(all_runs).items():
@@ -156,10 +156,13 @@ def record(
     run_paths: Sequence[str | Path], root: str | Path, settings: Settings, *,
     arch: str | None = None, coverage: float = DEFAULT_COVERAGE, prior_df: float = DEFAULT_PRIOR_DF,
     echo: Callable[[str], None] = print, only_faster: bool = False, paths: Sequence[str] = (),
+    reference: bool = False,
 ) -> list[Path]:
     """A new baseline from N A/A runs of one commit: per key the medoid run's row (the run
     whose median is nearest the runs' median) and margins from all of them. The json names
-    every source run by commit, GPU uuid, host, boot id and date.
+    every source run by commit, GPU uuid, host, boot id and date. It is the baseline of
+    the runs' GPU model (``baseline_rows.where_to``: ``<arch>/models/<model>/`` unless the
+    model is the arch's reference, or ``reference``).
 
     ``only_faster`` / ``paths`` (``--only-faster``, ``--paths``): the medoid rows are gated
     against the previous baseline (its margins) and replace its rows only where they read
@@ -172,7 +175,7 @@ def record(
     only = RowFilter(only_faster, tuple(paths))
     all_runs = _load_aa_runs(run_paths, echo)
     arch = run_arch(all_runs[0], arch)
-    directory = Path(root) / arch
+    directory = where_to(root, arch, all_runs[0], reference, echo)
     pending = []
     with DirLock(directory):
         by_matrix = _by_matrix(all_runs)

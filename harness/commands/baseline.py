@@ -46,11 +46,12 @@ from ..results.environment import (
     check_environment,
     warning_lines,
 )
+from ..results.models import models_of
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run, now_iso
 from ..results.writer import DirLock
 from .aa_baselines import calibrate, lomo_table, record
-from .baseline_rows import RowFilter, previous_baselines, row_filter, select_rows
+from .baseline_rows import RowFilter, previous_baselines, row_filter, select_rows, where_to
 from .common import add_settings_args, csv_list, plain, settings_from_args
 
 ONLY_FASTER_HELP = ("per key, take the new row only where the gate reads it FASTER against the "
@@ -58,6 +59,9 @@ ONLY_FASTER_HELP = ("per key, take the new row only where the gate reads it FAST
                     "keeps the previous baseline's row, so a slowdown is never baselined")
 PATHS_HELP = ("comma-separated paths: only their rows are replaced (rows of other paths keep "
               "the previous baseline's)")
+REFERENCE_HELP = ("write into baselines/<arch>/ itself, making this GPU model the arch's "
+                  "reference, even where the baseline there is of another model (default: "
+                  "a model other than the reference's goes to baselines/<arch>/models/<model>/)")
 RUNS_HELP = ("A/A result directories of one commit, from separate processes on separate "
              "machines (at least 4 processes on 3 machines for a baseline that must hold on a "
              "new machine; docs/measurement.md)")
@@ -78,6 +82,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "otherwise asks after printing the changes")
     a.add_argument("--only-faster", action="store_true", help=ONLY_FASTER_HELP)
     a.add_argument("--paths", default=None, metavar="P1,P2", help=PATHS_HELP)
+    a.add_argument("--reference", action="store_true", help=REFERENCE_HELP)
     add_settings_args(a)
     a.set_defaults(func=run_accept)
     for name, helptext, func in (
@@ -102,6 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "record":
             c.add_argument("--only-faster", action="store_true", help=ONLY_FASTER_HELP)
             c.add_argument("--paths", default=None, metavar="P1,P2", help=PATHS_HELP)
+            c.add_argument("--reference", action="store_true", help=REFERENCE_HELP)
         if name == "lomo":
             c.add_argument("--planted", type=float, default=0.05,
                            help="planted slowdown checked on each held-out run (default 0.05)")
@@ -128,7 +134,7 @@ def run_accept(args: argparse.Namespace) -> int:
     only = row_filter(args.only_faster, args.paths)
     accept(load_run(args.run), args.root, settings_from_args(args), arch=args.arch,
            confirm=None if args.yes else _ask_accept, only_faster=only.only_faster,
-           paths=only.paths)
+           paths=only.paths, reference=args.reference)
     return 0
 
 
@@ -150,7 +156,7 @@ def run_record(args: argparse.Namespace) -> int:
     only = row_filter(args.only_faster, args.paths)
     record(args.runs, args.root, settings_from_args(args), arch=args.arch,
            coverage=args.coverage, prior_df=args.prior_df, only_faster=only.only_faster,
-           paths=only.paths)
+           paths=only.paths, reference=args.reference)
     return 0
 
 
@@ -176,6 +182,8 @@ def run_show(args: argparse.Namespace) -> int:
         raise BaselineNotFoundError(f"no baselines under {root}")
     for d in arches:
         show(d)
+        for model in models_of(d).values():
+            show(model)
     return 0
 
 
@@ -190,9 +198,13 @@ def _run_name(run: Run, matrix: str) -> str:
 def accept(
     run: Run, root: str | Path, settings: Settings, *, arch: str | None = None,
     echo: Callable[[str], None] = print, confirm: Callable[[], bool] | None = None,
-    only_faster: bool = False, paths: Sequence[str] = (),
+    only_faster: bool = False, paths: Sequence[str] = (), reference: bool = False,
 ) -> list[Path]:
     """Promote ``run`` to the baseline of its arch, printing the diff against the old one.
+
+    The baseline of its GPU model: the arch's folder when that holds no baseline yet or
+    one of the same model (or with ``reference``: ``--reference``), else the model's own
+    folder under ``<arch>/models/`` (``results.models.target_dir``).
 
     ``confirm()`` is asked after every diff is printed and before anything is written
     (None: write without asking, ``harness baseline accept --yes``).
@@ -212,7 +224,7 @@ def accept(
     """
     only = RowFilter(only_faster, tuple(paths))
     arch = run_arch(run, arch)
-    directory = Path(root) / arch
+    directory = where_to(root, arch, run, reference, echo)
     written: list[Path] = []
     pending: list[tuple[list[ResultRow], BaselineMeta]] = []
     with DirLock(directory):

@@ -22,14 +22,16 @@ paths that the run or the previous baseline holds (one-line error otherwise).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import HarnessError
 from ..reports.verdicts import GateResult, RowVerdict, Verdict
 from ..results.baseline import BaselineMeta, BaselineNotFoundError, read_baseline_matrix
+from ..results.models import MODELS_DIR, reference_model, target_dir
 from ..results.schema import Key, ResultRow, SchemaError
+from ..results.store import Run
 from .common import csv_list
 
 #: The verdicts the summary always counts among the kept rows (others when present).
@@ -197,3 +199,17 @@ def select_rows(matrix: str, result: GateResult, new_rows: Sequence[ResultRow],
         added[by_key[new.key].verdict] += 1
     return Selection(matrix, tuple(rows), dict(replaced), dict(added), dict(kept),
                      other_paths, left_out, tuple(slower))
+
+
+def where_to(root: str | Path, arch: str, run: Run, reference: bool,
+             echo: Callable[[str], None]) -> Path:
+    """The folder ``accept`` / ``record`` write the baseline of ``run``'s GPU model to
+    (``results.models.target_dir``), said in one line when it is a model's own."""
+    gpu_name = run.environment.gpu_name or next(
+        (r.device_name for r in run.rows if r.device_name), "")
+    directory = target_dir(root, arch, gpu_name, reference=reference)
+    if directory.parent.name == MODELS_DIR:
+        echo(f"{gpu_name!r} is not {arch}'s reference model "
+             f"({reference_model(Path(root) / arch)!r}): its baseline goes to {directory} "
+             "(--reference makes it the arch's reference instead)")
+    return directory

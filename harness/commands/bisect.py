@@ -35,7 +35,8 @@ from pathlib import Path
 
 from ..errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, CompareError
 from ..reports.verdicts import RowVerdict
-from ..results.baseline import BaselineNotFoundError, baseline_dir, load_baseline
+from ..results.baseline import BaselineNotFoundError
+from ..results.models import load_for_model
 from ..results.schema import SchemaError
 from ..results.store import Run, write_json
 from .bisect_search import LOOK_FOR, Bisector, Outcome, Visit
@@ -91,7 +92,7 @@ def margins_from(baselines: Path, echo=print):
     def margins(run: Run):
         arch = run.environment.arch
         try:
-            base = load_baseline(baseline_dir(baselines, arch), run.matrices)
+            base = load_for_model(baselines, arch, run.environment.gpu_name, run.matrices)
         except (BaselineNotFoundError, SchemaError, ValueError) as exc:
             echo(f"harness bisect: no baseline noise margins ({exc}); threshold = min_effect")
             return {}

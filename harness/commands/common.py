@@ -22,12 +22,12 @@ from ..reports.markdown import text_table
 from ..reports.verdicts import Remeasure
 from ..results.baseline import (
     BaselineMeta,
-    baseline_dir,
     check_baseline_gate,
     load_baseline,
     write_baseline_matrix,
 )
 from ..results.environment import Environment, warning_lines, with_env_warnings
+from ..results.models import matrix_dir, model_dir
 from ..results.schema import ResultRow
 from ..results.store import Run
 
@@ -77,7 +77,7 @@ def gate_against_baseline(
     a CANDIDATE baseline is written under ``<run_dir>/candidate-baseline/`` (never into
     ``baselines``), and ERROR and WORSE_ACCURACY rows still fail.
     """
-    bdir = baseline_dir(Path(baselines), arch)
+    bdir = matrix_dir(baselines, arch, env.gpu_name, matrix)
     record = run_dir / f"{matrix}.csv"
     if not (bdir / f"{matrix}.csv").is_file():
         meta = BaselineMeta(matrix=matrix, arch=arch, environment=env, rows_sha256="",
@@ -103,9 +103,27 @@ def gate_against_baseline(
     result = with_env_warnings(result, env_check.warnings)
     write_gate_record(record, result, partial=partial)
     echo(text_table(result))
+    if env_check.timing_reason:
+        echo(first_run_on_model(command, run_dir, baselines, arch, env.gpu_name,
+                                base.environment.gpu_name))
     counts = {str(k): n for k, n in result.counts().items() if n}
     echo(f"{command}: gate {matrix} vs {bdir}: {counts}; exit {result.exit_code}")
     return result.exit_code
+
+
+def first_run_on_model(command: str, run_dir: Path, baselines: str | Path, arch: str,
+                       model: str, reference: str) -> str:
+    """What a run on a GPU model without a baseline of its own prints: how its speed is
+    judged, and how to record that model's baseline (``results.models``)."""
+    where = model_dir(Path(baselines) / arch, model)
+    return (f"{command}: no {arch} baseline of {model!r} yet (the rows are "
+            f"{reference!r}'s): its speed is judged on this runner by `harness job` (the "
+            "baseline's commit measured here, docs/measurement.md §16), never by a plain "
+            "bench. To give this model its own baseline (then the usual gate, no A/B "
+            f"unless rows move): A/A runs of one commit, >= 4 processes on >= 3 machines of "
+            f"this model, `harness baseline record --runs R1 R2 R3 R4 --root {baselines}`, "
+            f"or this run alone: `harness baseline accept {run_dir} --root {baselines} --yes`; "
+            f"either writes {where}/")
 
 
 def plain(doc: str | None) -> str:

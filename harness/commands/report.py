@@ -27,7 +27,7 @@ from ..reports.gate_record import agreement, stored_partial
 from ..reports.markdown import text_table
 from ..reports.render import write_reports
 from ..reports.verdicts import GateResult
-from ..results.baseline import baseline_dir, check_baseline_gate, load_baseline, run_settings
+from ..results.baseline import check_baseline_gate, run_settings
 from ..results.environment import (
     STRICT_ENV_HELP,
     Environment,
@@ -35,6 +35,7 @@ from ..results.environment import (
     warning_lines,
     with_env_warnings,
 )
+from ..results.models import has_matrix, load_for_model
 from ..results.store import Run, load_run
 from .common import add_settings_args, plain, stored_settings
 
@@ -88,12 +89,12 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
         arch = arch or stored.environment.arch
         if not arch:
             raise ValueError(f"{stored.source}: the run does not record its arch; pass --arch")
-        bdir = baseline_dir(baseline, arch)
+        model = _run_model(stored)
         matrices = stored.matrices
         if missing_ok:
-            absent = [m for m in matrices if not (bdir / f"{m}.csv").is_file()]
+            absent = [m for m in matrices if not has_matrix(baseline, arch, model(m), m)]
             matrices = [m for m in matrices if m not in absent]
-        refused, env_warnings, timing_reason = _check_matrices(stored, bdir, matrices,
+        refused, env_warnings, timing_reason = _check_matrices(stored, baseline, arch, matrices,
                                                                 strict_env)
         if refused and len(refused) == len(matrices):
             more = "; ".join(f"{m}: {why.split(': ', 1)[-1]}" for m, why in refused[1:])
@@ -101,7 +102,7 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
                 refused[0][1] + (f" ({refused[0][0]}; also {more})" if more else ""))
         matrices = [m for m in matrices if m not in dict(refused)]
         if matrices:
-            base = load_baseline(bdir, matrices)
+            base = load_for_model(baseline, arch, model, matrices)
             for line in warning_lines(command, env_warnings):
                 print(line, file=sys.stderr)
             base_rows, margins = list(base.rows), base.margins
@@ -124,17 +125,25 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
                       tuple(refused))
 
 
-def _check_matrices(stored: Run, bdir: Path, matrices,
+def _run_model(stored: Run):
+    """matrix -> the GPU model that measured it (its own json's, else the run's)."""
+    def model(m: str) -> str:
+        meta = stored.metas.get(m)
+        return (meta.environment if meta is not None else stored.environment).gpu_name
+    return model
+
+
+def _check_matrices(stored: Run, root, arch: str, matrices,
                     strict_env: bool) -> tuple[list, list[str], str | None]:
     """The environment policy per matrix, each against its own recorded environment (one
-    directory may hold the job's matrices beside a separate process's parity run):
-    (matrix, one-line reason) of each refused matrix, the others' warnings (once each)
-    and their first timing reason (another GPU model)."""
+    directory may hold the job's matrices beside a separate process's parity run) and the
+    baseline of its GPU model: (matrix, one-line reason) of each refused matrix, the
+    others' warnings (once each) and their first timing reason (another GPU model)."""
     refused, warnings, timing = [], [], None
     for m in matrices:
         env = stored.metas[m].environment if m in stored.metas else stored.environment
         try:
-            check = check_baseline_gate(load_baseline(bdir, [m]), env,
+            check = check_baseline_gate(load_for_model(root, arch, env.gpu_name, [m]), env,
                                         lambda name: run_settings(stored, name),
                                         strict=strict_env)
         except IncompatibleBaselineError as exc:

@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..results.baseline import baseline_dir
+from ..results.models import matrix_dir
 from ..results.schema import ResultRow
 from ..results.store import read_rows
 
@@ -59,7 +59,7 @@ def device_spread_lines(rows: list[ResultRow], baselines: str | Path, arch: str,
     rows = [r for r in rows if r.matrix == matrix]
     if len({(r.gpu_index, r.gpu_uuid) for r in rows}) < 2:
         return []
-    path = baseline_dir(Path(baselines), arch) / f"{matrix}.csv"
+    path = matrix_dir(baselines, arch, rows[0].device_name, matrix) / f"{matrix}.csv"
     if not path.is_file():
         return [f"{command}: {matrix}: no baseline, so the devices are not compared"]
     lines = []

@@ -219,10 +219,16 @@ def test_cli_bad_paths_are_one_line_and_write_nothing(tmp_path, capsys, extra, w
 def test_an_incomparable_previous_baseline_is_refused_not_replaced(tmp_path):
     _previous(tmp_path / "baselines", env=replace(ENV, gpu_name="NVIDIA H100 80GB HBM3"))
     before = (tmp_path / "baselines" / "sm90" / "synthetic.csv").read_text()
+    # --reference: into the arch's own folder, whose H100 rows an H200 run cannot judge
     with pytest.raises(IncompatibleBaselineError, match="synthetic: .*--only-faster") as exc:
         accept(load_run(_run(tmp_path)), tmp_path / "baselines", S, echo=lambda s: None,
-               only_faster=True)
+               only_faster=True, reference=True)
     assert "\n" not in str(exc.value)
+    assert (tmp_path / "baselines" / "sm90" / "synthetic.csv").read_text() == before
+    # by default the H200 run is another model's: its own folder, which holds nothing yet
+    with pytest.raises(BaselineNotFoundError, match="models/nvidia-h200 holds none"):
+        accept(load_run(_run(tmp_path)), tmp_path / "baselines", S, echo=lambda s: None,
+               only_faster=True)
     assert (tmp_path / "baselines" / "sm90" / "synthetic.csv").read_text() == before
 
 
