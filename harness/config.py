@@ -97,6 +97,10 @@ class Settings:
         "leave undecided (SAME or AMBIGUOUS, moved beyond ab_screen); its threshold is then "
         "the standard error of the difference of the rounds' means", high=32,
         stored_default=0)
+    projection_sample: int = _setting(
+        4, "another GPU model than the baseline's: rows per class (path, mode, M bucket) "
+        "measured on the runner at the baseline's commit for the machine factor", low=1,
+        high=10000, stored_default=4)
     ppl_drift_tolerance: float = _setting(
         0.01, "relative perplexity drift allowed against the baseline")
     warmup_ms: float = _setting(

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -44,11 +45,14 @@ from ..errors import EXPECTED_ERRORS, one_line
 from ..reports.ab_confirm import AB_KEY, ABRecord, ABRow, apply_ab, same_commit, screen_keys
 from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import stored_partial, write_gate_record
+from ..reports.projection import PROJECTED
 from ..reports.verdicts import GateResult, RowVerdict, Verdict
-from ..results.baseline import baseline_dir, load_baseline
+from ..results.baseline import check_baseline_gate, run_settings
+from ..results.models import load_for_model
 from ..results.store import load_run, read_meta, write_meta
 from .bench_runner import bench_paths, bench_rows, with_requests
 from .compare import compare
+from .projection_step import Projected, measure_sample, project, sample_plan
 from .revisions import (
     BenchRunner,
     case_filter,
@@ -94,54 +98,117 @@ def current_side_plugins(runner: BenchRunner, plugins: tuple[str, ...],
         runner, lambda req: replace(req, plugins=plugins if req.label == "B" else shared))
 
 
+@dataclass(frozen=True)
+class StoredGate:
+    """A matrix's gate as its bench reached it, and what the A/B needs of it."""
+
+    result: GateResult
+    base_commit: str
+    screened: set[tuple[str, str, str]]
+    partial: bool
+    #: another GPU model than the baseline's: (the baseline's model, this run's), else None
+    models: tuple[str, str] | None = None
+
+
 def stored_gate(run_dir: Path, matrix: str, baselines: str | Path, arch: str,
-                settings: Settings) -> tuple[GateResult, str, set[tuple[str, str, str]], bool]:
-    """The matrix's gate as its bench reached it (stored confirmations replayed, a partial
-    bench's unmeasured baseline rows not judged), the baseline's commit, the keys the A/B
-    screen flags (``reports.ab_confirm.screen_keys``) and whether the gate was partial;
-    the run and the baseline are read once."""
+                settings: Settings) -> StoredGate:
+    """The matrix's gate as its bench reached it (the baseline of the run's GPU model when
+    there is one, ``results.models``; stored confirmations replayed, a partial bench's
+    unmeasured baseline rows not judged), the baseline's commit, the keys the A/B screen
+    flags (``reports.ab_confirm.screen_keys``; none for another GPU model, whose timing
+    rows the projection screens) and whether the gate was partial; the run and the
+    baseline are read once."""
     run = load_run(run_dir / f"{matrix}.csv")
-    base = load_baseline(baseline_dir(Path(baselines), arch), [matrix])
+    env = run.metas[matrix].environment if matrix in run.metas else run.environment
+    base = load_for_model(baselines, arch, env.gpu_name, [matrix])
+    check = check_baseline_gate(base, env, lambda m: run_settings(run, m))
     partial = stored_partial(run.metas)
     result = evaluate(list(run.rows), base.rows, settings, margins=base.margins,
                       remeasure=stored_remeasure(run.confirmations), partial=partial,
-                      current_label=run.label, baseline_label=base.label)
-    return (result, base.environment.commit, screen_keys(list(run.rows), base.rows, settings),
-            partial)
+                      current_label=run.label, baseline_label=base.label,
+                      timing_reason=check.timing_reason)
+    if check.timing_reason:
+        return StoredGate(result, base.environment.commit, set(), partial,
+                          (base.environment.gpu_name, env.gpu_name))
+    return StoredGate(result, base.environment.commit,
+                      screen_keys(list(run.rows), base.rows, settings), partial)
 
 
 @dataclass
 class _Pending:
-    """One matrix's rows to confirm: its stored gate, the baseline's commit, the rows."""
+    """One matrix's rows to confirm: its stored gate, the baseline's commit, the rows;
+    for another GPU model, how it was projected (``projection_step``)."""
 
     result: GateResult
     base_commit: str
     slow: list
     partial: bool = False
+    projected: Projected | None = None
 
 
 def _pending(run_dir: Path, matrix: str, baselines: str | Path, arch: str, settings: Settings,
-             echo: Callable[[str], None]) -> _Pending | None:
-    result, base_commit, screened, partial = stored_gate(run_dir, matrix, baselines, arch,
-                                                         settings)
+             echo: Callable[[str], None]) -> tuple[_Pending | None, StoredGate]:
+    gate = stored_gate(run_dir, matrix, baselines, arch, settings)
+    if gate.models is not None:         # judged by the projection first (``_project``)
+        return _Pending(gate.result, gate.base_commit, [], gate.partial), gate
+    result, base_commit, screened, partial = (gate.result, gate.base_commit, gate.screened,
+                                              gate.partial)
     failing = [v for v in result.failures if v.verdict == Verdict.SLOWER]
     have = {v.key for v in failing}
     slow = failing + [v for v in result.verdicts
                       if v.key in screened and v.key not in have and v.current is not None]
     if not slow:
-        return None
+        return None, gate
     if len(failing) < len(result.failures):
         echo(f"harness job: A/B: {matrix} also fails on other verdicts; confirming its "
              f"{len(failing)} SLOWER row(s) only")
     echo(f"harness job: A/B of {matrix}: {len(failing)} SLOWER row(s), "
          f"{len(slow) - len(failing)} more moved beyond the {settings.ab_screen:.1%} screen")
-    return _Pending(result, base_commit, slow, partial)
+    return _Pending(result, base_commit, slow, partial), gate
+
+
+def _project(foreign: dict[str, _Pending], models: Mapping[str, tuple[str, str]],
+             run_dir: Path, settings: Settings, repo: Path, runner: BenchRunner,
+             echo: Callable[[str], None]) -> None:
+    """Judge the matrices of another GPU model on this runner (``projection_step``): fill
+    each one's ``projected`` and the rows its screen sends to A/B; where the baseline's
+    commit cannot be measured here, one line says why and they are dropped (their timing
+    rows stay TIMING_NOT_COMPARABLE)."""
+    ref, here = next(iter(models.values()))
+    try:
+        if _dirty(repo):
+            raise ValueError("uncommitted changes under harness/: the measured code is "
+                             "not a commit")
+        plugins = tuple(dict.fromkeys(
+            str(p) for m in foreign
+            for p in read_meta(run_dir / f"{m}.json").extra.get("plugins", ()) or ()))
+        plan = sample_plan({m: p.result for m, p in foreign.items()}, settings, row_commit,
+                           {m: p.base_commit for m, p in foreign.items()})
+        measured = measure_sample(
+            plan, repo=repo, work_dir=run_dir / "ab" / "projection",
+            runner=current_side_plugins(runner, plugins, repo), echo=echo,
+            universe={m: [v.current for v in p.result.verdicts if v.current is not None]
+                      for m, p in foreign.items()}) if plan else {}
+    except EXPECTED_ERRORS as exc:
+        echo(f"harness job: speed on {here!r} not judged (baseline recorded on {ref!r}): "
+             f"the baseline's commit could not be measured here: {one_line(exc)}; its timing "
+             "rows stay TIMING_NOT_COMPARABLE")
+        foreign.clear()
+        return
+    for m, p in foreign.items():
+        p.projected = project(p.result, m, measured, settings, reference_model=models[m][0],
+                              runner_model=models[m][1])
+        p.slow = p.projected.screened
+        echo(f"harness job: {m} on {models[m][1]!r} against the {models[m][0]!r} baseline: "
+             f"{p.projected.projection.note().split(': ', 1)[-1]}; "
+             f"{len(p.slow)} row(s) beyond the {settings.ab_screen:.1%} screen go to A/B")
 
 
 def ab_confirm(
     run_dir: Path, matrices: list[str], *, baselines: str | Path, arch: str,
     settings: Settings, rounds: int = 3, repo: Path = Path("."),
     runner: BenchRunner = subprocess_runner, echo: Callable[[str], None] = print,
+    seconds: dict[str, float] | None = None,
 ) -> dict[str, int | None]:
     """A/B the failing SLOWER rows and the screened rows of each of ``matrices`` in
     ``run_dir``, each against the commit its baseline row was measured at (the row's
@@ -152,10 +219,29 @@ def ab_confirm(
     ``harness baseline accept --only-faster`` its rows may come from several. Per matrix
     its new exit code, or None when there was nothing to confirm or it could not be done
     (said in one line); a matrix whose rows only partly could be measured keeps the
-    verdicts of the others."""
+    verdicts of the others.
+
+    A matrix whose baseline is another GPU model's is first projected onto this runner
+    (``_project``: the machine factor measured here), its screened rows then confirmed the
+    same way. ``seconds`` (optional) receives the wall time of each part ("machine
+    factor", "A/B")."""
     out: dict[str, int | None] = dict.fromkeys(matrices)
-    todo = {m: p for m in matrices
-            if (p := _pending(run_dir, m, baselines, arch, settings, echo)) is not None}
+    todo: dict[str, _Pending] = {}
+    models: dict[str, tuple[str, str]] = {}
+    for m in matrices:
+        pending, gate = _pending(run_dir, m, baselines, arch, settings, echo)
+        if pending is not None:
+            todo[m] = pending
+        if gate.models is not None:
+            models[m] = gate.models
+    foreign = {m: todo[m] for m in models}
+    seconds = {} if seconds is None else seconds
+    if foreign:
+        t0 = time.perf_counter()
+        _project(foreign, models, run_dir, settings, repo, runner, echo)
+        seconds["machine factor"] = time.perf_counter() - t0
+        todo = {m: p for m, p in todo.items() if m not in models or m in foreign}
+    t0 = time.perf_counter()
     groups = commit_groups(todo)
     readings: dict[str, dict] = {}   # matrix -> key -> (its A/B reading, the base sha)
     heads: dict[str, str] = {}
@@ -190,9 +276,23 @@ def ab_confirm(
         for m, v in members:     # this group's own rows only (a key may be in another's)
             readings.setdefault(m, {})[v.key] = (_reading(m, v, got, outcome.extended), base)
             heads[m] = head
-    for m, keyed in readings.items():
-        out[m] = _store(run_dir, m, todo[m], keyed, heads[m], rounds, echo)
+    seconds["A/B"] = time.perf_counter() - t0
+    head = None
+    for m, p in todo.items():
+        if m in readings or p.projected is not None:
+            if m not in heads and head is None:
+                head = _head(repo)
+            out[m] = _store(run_dir, m, p, readings.get(m, {}), heads.get(m) or head or "",
+                            rounds, echo)
     return out
+
+
+def _head(repo: Path) -> str:
+    """HEAD's sha, or "" where git cannot say (the record then names no current commit)."""
+    try:
+        return resolve_revision(repo, "HEAD")
+    except EXPECTED_ERRORS:
+        return ""
 
 
 def row_commit(v: RowVerdict, fallback: str) -> str:
@@ -232,11 +332,17 @@ def _store(run_dir: Path, matrix: str, pending: _Pending, readings: Mapping, hea
     checks it against, ``record_for``); a row measured against another says so."""
     shas = [sha for _, sha in readings.values()]
     own = next((sha for sha in shas if same_commit(sha, pending.base_commit)), None)
-    record_base = own or pending.base_commit or shas[0]
+    record_base = own or pending.base_commit or (shas[0] if shas else "")
     rows = tuple(ABRow(*v.key, *readings[v.key][0],
                        "" if readings[v.key][1] == record_base else readings[v.key][1])
                  for v in pending.slow if v.key in readings)
-    record = ABRecord(matrix, record_base, head, rounds, rows)
+    proj = pending.projected
+    if proj is not None:       # another GPU model: the rows inside the screen, projected
+        rows += tuple(ABRow(*k, verdict, change, pending.result.settings.ab_screen,
+                            source=PROJECTED)
+                      for k, (verdict, change) in sorted(proj.readings.items()))
+    record = ABRecord(matrix, record_base, head, rounds, rows,
+                      projection=proj.projection if proj is not None else None)
     final = apply_ab(pending.result, record)
     csv_path = run_dir / f"{matrix}.csv"
     meta = read_meta(csv_path.with_suffix(".json"))

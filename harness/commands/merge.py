@@ -41,8 +41,9 @@ from ..results.store import Run, load_run
 from . import report
 from .common import add_settings_args, plain, stored_settings
 
-#: Folders under a run that hold derived files, not runs.
-_SKIP = {"report", "candidate-baseline", "confirm"}
+#: Folders under a run that hold derived files, not runs (``ab``: the job's A/B and
+#: machine-factor benches, parts of the run's verdicts, not runs of the fleet).
+_SKIP = {"report", "candidate-baseline", "confirm", "ab"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -68,8 +69,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def find_runs(path: str | Path) -> list[Path]:
     """The run directories ``path`` names: itself when it is a file or holds no run
     below it (``load_run`` then says what is wrong), else every folder under it with a
-    ``<matrix>.csv`` beside a ``<matrix>.json`` (report, confirm and candidate-baseline
-    folders left out)."""
+    ``<matrix>.csv`` beside a ``<matrix>.json`` (report, confirm, candidate-baseline and
+    ab folders left out)."""
     path = Path(path)
     if not path.is_dir():
         return [path]

@@ -26,26 +26,34 @@ run's json):
   are untouched;
 * ``record_for(meta, baseline_commit)``: the stored record, only when it was measured
   against that baseline's commit (another baseline gets the plain gate).
+
+On a GPU model the baseline was not recorded on, the gate's timing rows are
+TIMING_NOT_COMPARABLE; the job then judges them on the runner (``reports.projection``):
+the record holds the ``Projection`` (the machine factor per class, measured here on the
+baseline's commit) and a reading for every gated row, an A/B one for the rows the screen
+sent to A/B and a ``projected`` one (SAME, its change against the projection) for the
+others; ``apply_ab`` turns those TIMING_NOT_COMPARABLE rows into the readings' verdicts.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..config import Settings
 from ..results.schema import Key, ResultRow
 from .gate import _order, evaluate, row_fails
+from .projection import PROJECTED, Projection
 from .stats import median
-from .verdicts import GateResult, Verdict
+from .verdicts import GateResult, RowVerdict, Verdict
 
 AB_KEY = "ab_confirm"
 #: A/B verdicts that clear a stored-baseline SLOWER; any other (SLOWER, AMBIGUOUS,
 #: MISSING, ERROR, ...) leaves the row failing
 CLEARING = (Verdict.SAME.value, Verdict.FASTER.value)
-AB_RECORD_VERSION = 3   # 2: each row's threshold; 3: each row's rounds
+AB_RECORD_VERSION = 4   # 2: each row's threshold; 3: each row's rounds; 4: projection
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,9 @@ class ABRow:
     record's. ``baseline_commit``: the commit the row was measured against where it is not
     the record's (a baseline whose rows come from several commits, after ``harness
     baseline accept --only-faster``: each row is measured against its own row's commit);
-    "" = the record's."""
+    "" = the record's. ``source``: "" for an A/B reading, ``projected`` for a row of a
+    foreign GPU model judged against the projected baseline alone (``reports.projection``:
+    ``change`` against the projection, ``threshold`` the screen)."""
 
     case_id: str
     path: str
@@ -70,6 +80,7 @@ class ABRow:
     threshold: float = math.nan
     rounds: int = 0
     baseline_commit: str = ""
+    source: str = ""
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -78,7 +89,8 @@ class ABRow:
 
 @dataclass(frozen=True)
 class ABRecord:
-    """The A/B confirmation of one matrix of a run (see the module docstring)."""
+    """The A/B confirmation of one matrix of a run (see the module docstring);
+    ``projection``: how a run on another GPU model than the baseline's was judged."""
 
     matrix: str
     baseline_commit: str
@@ -86,6 +98,7 @@ class ABRecord:
     rounds: int
     rows: tuple[ABRow, ...]
     version: int = AB_RECORD_VERSION
+    projection: Projection | None = None
 
     def to_dict(self) -> dict:
         return {"version": self.version, "matrix": self.matrix,
@@ -96,8 +109,10 @@ class ABRecord:
                                            "threshold": _finite(r.threshold),
                                            **({"rounds": r.rounds} if r.rounds else {}),
                                            **({"baseline_commit": r.baseline_commit}
-                                              if r.baseline_commit else {})}
-                         for r in self.rows}}
+                                              if r.baseline_commit else {}),
+                                           **({"source": r.source} if r.source else {})}
+                         for r in self.rows},
+                **({"projection": self.projection.to_dict()} if self.projection else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping, source: str = "<ab_confirm>") -> ABRecord:
@@ -111,9 +126,11 @@ class ABRecord:
                                   math.nan if change is None else float(change),
                                   math.nan if threshold is None else float(threshold),
                                   int(v.get("rounds", 0)),
-                                  str(v.get("baseline_commit", ""))))
+                                  str(v.get("baseline_commit", "")), str(v.get("source", ""))))
+            proj = Projection.from_dict(d["projection"]) if d.get("projection") else None
             return cls(str(d["matrix"]), str(d["baseline_commit"]), str(d["current_commit"]),
-                       int(d["rounds"]), tuple(rows), int(d.get("version", AB_RECORD_VERSION)))
+                       int(d["rounds"]), tuple(rows), int(d.get("version", AB_RECORD_VERSION)),
+                       proj)
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"{source}: malformed '{AB_KEY}' record ({exc})") from None
 
@@ -182,6 +199,7 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
                 + ", ".join(dict.fromkeys((c or record.baseline_commit)[:12] for c in commits)))
 
     out, cleared, kept, found = [], 0, 0, 0
+    here: Counter = Counter()           # a foreign model's rows, by the verdict they got
     for v in result.verdicts:
         ab = by_key.get(v.key) if v.matrix == record.matrix else None
         if ab is None:
@@ -191,6 +209,10 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
         if ab.rounds:
             limit += f" after {ab.rounds} rounds, from the standard error of their means"
         said = f"{against(ab.baseline_commit)}: {ab.change:+.2%} ({ab.verdict}{limit})"
+        if v.verdict == Verdict.TIMING_NOT_COMPARABLE and v.current is not None:
+            out.append(judged_here(v, ab, record.projection, said, result.settings))
+            here[(out[-1].verdict.value, "A/B" if not ab.source else ab.source)] += 1
+            continue
         if v.verdict == Verdict.SAME and not v.fails and v.current is not None:
             if ab.verdict == Verdict.SLOWER.value:      # inside the margin, slower here
                 out.append(replace(v, verdict=Verdict.SLOWER, fails=True, reasons=v.reasons + (
@@ -212,7 +234,36 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
                                reasons=v.reasons + (f"cleared by {said}: the stored "
                                                     "baseline's offset is the machine's",)))
             cleared += 1
-    note = (f"{against(*(r.baseline_commit for r in record.rows))}: {kept} SLOWER row(s) "
-            f"kept, {cleared} cleared, {found} found by the A/B screen (docs/measurement.md §9)")
-    return replace(result, verdicts=tuple(sorted(out, key=_order)),
-                   notes=result.notes + (note,))
+    notes: tuple[str, ...] = ()
+    if record.projection is not None:
+        done = ", ".join(f"{n} {verdict} ({how})" for (verdict, how), n in sorted(here.items()))
+        notes = (record.projection.note() + f": {done or 'no row judged'}",)
+    if kept or cleared or found or record.projection is None:
+        notes += (f"{against(*(r.baseline_commit for r in record.rows if not r.source))}: "
+                  f"{kept} SLOWER row(s) kept, {cleared} cleared, {found} found by the A/B "
+                  "screen (docs/measurement.md §9)",)
+    return replace(result, verdicts=tuple(sorted(out, key=_order)), notes=result.notes + notes)
+
+
+def judged_here(v: RowVerdict, ab: ABRow, projection: Projection | None, said: str,
+                settings: Settings) -> RowVerdict:
+    """A TIMING_NOT_COMPARABLE row (another GPU model) judged on this runner: a
+    ``projected`` reading reads SAME (inside the screen against the projected baseline);
+    an A/B reading gives its own verdict (SLOWER fails as on the baseline's model); an
+    A/B that gave no reading (MISSING, ERROR) leaves the row as it was."""
+    how = projection.factor_text(v.current) if projection is not None else "no projection"
+    rest = tuple(r for r in v.reasons if not r.startswith("timing not compared"))
+    if ab.source == PROJECTED:
+        faster = (" (faster than the projection: on another model a speed-up is called by "
+                  "an A/B only)" if ab.change < -ab.threshold else "")
+        why = (f"judged on this runner: {ab.change:+.2%} against the baseline projected by "
+               f"{how}, inside the {ab.threshold:.1%} screen{faster}")
+        return replace(v, verdict=Verdict.SAME, fails=False, reasons=(why, *rest),
+                       time_change=ab.change, threshold=ab.threshold)
+    if ab.verdict not in (Verdict.SLOWER.value, Verdict.SAME.value, Verdict.FASTER.value,
+                          Verdict.AMBIGUOUS.value):
+        return replace(v, reasons=v.reasons + (f"no reading from {said}",))
+    verdict = Verdict(ab.verdict)
+    why = f"screened on this runner (baseline projected by {how}), then {said}"
+    return replace(v, verdict=verdict, fails=row_fails(verdict, v.role, v.mode, settings),
+                   reasons=(why, *rest), time_change=ab.change, threshold=ab.threshold)

@@ -319,8 +319,9 @@ def check_environment(
 
 
 #: What a gate does when the GPU models differ (appended to ``timing_problem``'s warning).
-TIMING_CONSEQUENCE = ("; timings are not compared (timing rows TIMING_NOT_COMPARABLE, never "
-                      "SLOWER or FASTER), accuracy, NaN, dispatch and determinism verdicts hold")
+TIMING_CONSEQUENCE = ("; timings are not compared with the stored rows (TIMING_NOT_COMPARABLE "
+                      "unless `harness job` judges them on this runner against the baseline's "
+                      "commit), accuracy, NaN, dispatch and determinism verdicts hold")
 
 
 @dataclass(frozen=True)

@@ -86,7 +86,7 @@ def test_a_reading_names_the_move_it_had_to_exceed_where_the_record_holds_it():
     rows = tuple(ABRow(*v.key, "SAME", 0.041, 0.066) for v in _gate().failures)
     rec = ABRecord("synthetic", "b" * 40, "c" * 40, 3, rows)
     d = rec.to_dict()
-    assert d["version"] == 3 and ABRecord.from_dict(d) == rec
+    assert d["version"] == 4 and ABRecord.from_dict(d) == rec
     said = [r for v in apply_ab(_gate(), rec).verdicts for r in v.reasons if "A/B" in r]
     assert said and all("+4.10% (SAME, threshold 6.60%)" in r for r in said)
     # a row judged on more rounds than the record's says how many, and on what threshold

@@ -1,0 +1,117 @@
+"""``harness job`` on a GPU model the baseline was not recorded on: the machine factor,
+measured here (the engine of ``reports.projection``).
+
+For the gated timing rows of a matrix whose baseline is another model's (its gate read
+them TIMING_NOT_COMPARABLE), ``project`` measures a sample of each class (path, mode, M
+bucket; ``projection_sample`` rows) on this runner at the commit each sampled row's
+baseline was measured at: one ``harness bench`` per such commit, in a git worktree (the
+build cache is shared), every matrix's sample of that commit in one process. From those
+readings it derives each class's machine factor, projects every gated row's baseline onto
+this runner, and screens the run against the projection (``reports.ab_confirm.
+screen_keys``): the rows it returns to confirm are then measured A/B against the
+baseline's commit like any other (``harness.commands.ab_step``); the others get a
+``projected`` reading (SAME, their change against the projection).
+
+Cost: one bench process per baseline commit (two for the sm90 baselines of 2026-12-05),
+measuring ``projection_sample`` rows of each class (36 graph rows of production and 40 of
+swiglu at the default 4), on top of the A/B of the rows the screen sends.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import Settings
+from ..errors import CompareError
+from ..reports.ab_confirm import screen_keys
+from ..reports.projection import (
+    Projection,
+    judged_rows,
+    machine_factors,
+    pick_sample,
+    projected_baseline,
+    projected_readings,
+)
+from ..reports.verdicts import GateResult, RowVerdict
+from ..results.schema import Key, ResultRow, SchemaError
+from ..results.store import load_run
+from .bench_runner import BenchRequest, bench_paths, bench_rows, run_pipelined
+from .revisions import BenchRunner, case_filter, resolve_revision, worktrees
+
+
+@dataclass
+class Projected:
+    """One matrix judged on this runner: the projection, the rows the screen sends to A/B
+    and the projected readings (key -> (verdict, change)) of the others."""
+
+    projection: Projection
+    screened: list[RowVerdict]
+    readings: Mapping[Key, tuple[str, float]] = field(default_factory=dict)
+
+
+def sample_plan(results: Mapping[str, GateResult], settings: Settings,
+                commit_of: Callable[[RowVerdict, str], str],
+                base_commits: Mapping[str, str]) -> dict[str, list[tuple[str, RowVerdict]]]:
+    """The rows to measure here, grouped by the commit of their baseline row:
+    commit -> [(matrix, verdict)] (``commit_of(v, the matrix's baseline commit)``)."""
+    plan: dict[str, list[tuple[str, RowVerdict]]] = {}
+    for matrix, result in results.items():
+        for v in pick_sample(judged_rows(result, settings), settings.projection_sample):
+            plan.setdefault(commit_of(v, base_commits[matrix]), []).append((matrix, v))
+    return plan
+
+
+def measure_sample(plan: Mapping[str, Sequence[tuple[str, RowVerdict]]], *, repo: Path,
+                   work_dir: Path, runner: BenchRunner,
+                   universe: Mapping[str, Sequence[ResultRow]],
+                   echo: Callable[[str], None]) -> dict[tuple[str, Key], ResultRow]:
+    """One bench per commit of ``plan``, of exactly its rows (graph and any other mode they
+    are in), at that commit in a worktree; the rows measured, by (matrix, key)."""
+    shas = {commit: resolve_revision(repo, commit) for commit in plan}
+    got: dict[tuple[str, Key], ResultRow] = {}
+    with tempfile.TemporaryDirectory(prefix="harness-projection-") as tmp, \
+            worktrees(repo.resolve(), list(dict.fromkeys(shas.values())), Path(tmp)) as trees:
+        reqs = []
+        for commit, members in plan.items():
+            matrices = list(dict.fromkeys(m for m, _ in members))
+            rows = [v.current for _, v in members]
+            everything = [r for m in matrices for r in universe.get(m, ())]
+            reqs.append(BenchRequest(
+                "A", shas[commit], trees[shas[commit]], work_dir / f"base-{commit[:12]}",
+                ",".join(matrices), 0, case_filter(rows, universe=everything),
+                tuple(bench_paths({v.path for _, v in members})),
+                tuple(sorted({v.mode for _, v in members})),
+                rows=bench_rows(v.key for _, v in members)))
+        run_pipelined(runner, reqs, on_start=lambda i: echo(
+            f"harness job: machine factor: {len(plan[list(plan)[i]])} row(s) at the "
+            f"baseline's commit {reqs[i].revision[:12]} on this runner"))
+        wanted = {(m, v.key) for members in plan.values() for m, v in members}
+        for req in reqs:
+            try:
+                run = load_run(req.out_dir)
+            except SchemaError as exc:
+                raise CompareError(f"the bench at {req.revision[:12]} left no readable "
+                                   f"results: {exc}") from None
+            got.update({(r.matrix, r.key): r for r in run.rows if (r.matrix, r.key) in wanted})
+    return got
+
+
+def project(result: GateResult, matrix: str, measured: Mapping[tuple[str, Key], ResultRow],
+            settings: Settings, *, reference_model: str, runner_model: str) -> Projected:
+    """The projection of one matrix from the rows measured here (see the module
+    docstring): machine factors, the screen, the projected readings."""
+    judged = judged_rows(result, settings)
+    mine = {k: r for (m, k), r in measured.items() if m == matrix}
+    factors = machine_factors(judged, mine)
+    projected = projected_baseline(judged, factors, mine)
+    have = {r.key for r in projected}
+    current = [v.current for v in judged if v.key in have]
+    screened = screen_keys(current, projected, settings)
+    projection = Projection(reference_model, runner_model, factors,
+                            settings.projection_sample,
+                            tuple(sorted("|".join(k) for k in mine if k in have)))
+    return Projected(projection, [v for v in judged if v.key in screened],
+                     projected_readings(current, projected, screened))

@@ -1,0 +1,290 @@
+"""Speed verdicts on every GPU model of an arch (docs/measurement.md §16).
+
+A baseline recorded on one model ("synthetic H200") judged on another ("synthetic H100")
+that differs per class of rows (memory-bound rows x1.35, the scalar kernel x1.02, ...) and
+per row (a few percent either way, as cuBLAS picks other kernels): the machine factor is
+measured here on the baseline's commit, the run is screened against the projection and
+the rows that moved are measured A/B. A model with a baseline of its own is gated against
+it. The benches are fake runners in a real git repository."""
+
+from __future__ import annotations
+
+import subprocess
+import zlib
+from dataclasses import replace
+
+import pytest
+
+from harness.cli import main
+from harness.commands.ab_step import ab_confirm_matrix
+from harness.commands.common import gate_against_baseline
+from harness.commands.revisions import BenchRequest
+from harness.config import load_settings
+from harness.reports.ab_confirm import stored_ab
+from harness.reports.gate import evaluate
+from harness.reports.projection import (
+    class_of,
+    judged_rows,
+    m_bucket,
+    machine_factors,
+    pick_sample,
+)
+from harness.reports.stats import with_samples
+from harness.reports.synthetic import make_rows, resample
+from harness.reports.verdicts import Verdict
+from harness.results.environment import Environment
+from harness.results.models import matrix_dir, model_slug, target_dir
+from harness.results.store import RunMeta, read_meta, write_run
+
+S = load_settings("default")
+REF, HERE = "synthetic H200", "synthetic H100"
+BASE = make_rows(ms=(1, 16, 64, 256, 1024), seed=5, peers=(), modes=("graph", "cold"))
+#: how the runner's model differs from the reference's, per path (bandwidth-bound paths
+#: more), then per row by a fixed jitter of up to +-4%
+MODEL = {"native_int4": 1.02, "fp16_cache": 1.35, "marlin_asym": 1.22}
+
+
+def _jitter(case_id: str) -> float:
+    return 1.0 + ((zlib.crc32(case_id.encode()) % 81) - 40) / 1000.0
+
+
+def _model(row) -> float:
+    return MODEL[row.path] * (1.0 if row.M <= 16 else 1.08) * _jitter(row.case_id)
+
+
+def _git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _repo(tmp_path, head_speed: dict[str, float]):
+    """Two commits: the baseline's (every path at speed 1) and the current one."""
+    r = tmp_path / "repo"
+    (r / "harness").mkdir(parents=True)
+    _git(r, "init", "-q")
+    _git(r, "config", "user.email", "t@t")
+    _git(r, "config", "user.name", "t")
+    (r / "harness" / "speed.txt").write_text("")
+    _git(r, "add", ".")
+    _git(r, "commit", "-qm", "baseline")
+    (r / "harness" / "speed.txt").write_text(
+        "\n".join(f"{p} {f}" for p, f in head_speed.items()) + "\n")
+    (r / "log.txt").write_text("next\n")
+    _git(r, "add", ".")
+    _git(r, "commit", "-qm", "current")
+    return r, _git(r, "rev-parse", "HEAD~1"), _git(r, "rev-parse", "HEAD")
+
+
+def _speeds(text: str) -> dict[str, float]:
+    return {p: float(f) for p, f in (ln.split() for ln in text.splitlines() if ln.strip())}
+
+
+def _here_rows(seed: int, speed: dict[str, float], commit: str) -> list:
+    """A process on the runner's model: every row x its model factor x the commit's speed."""
+    rows = resample(BASE, seed, noise=0.004,
+                    factor={r.key: _model(r) * speed.get(r.path, 1.0) for r in BASE})
+    return [with_samples(replace(r, commit=commit, device_name=HERE), r.samples())
+            for r in rows]
+
+
+class OnTheRunner:
+    """Benches a revision on the runner's model (speed.txt of its worktree)."""
+
+    def __init__(self):
+        self.calls: list[BenchRequest] = []
+
+    def __call__(self, req: BenchRequest) -> None:
+        self.calls.append(req)
+        speed = _speeds((req.worktree / "harness" / "speed.txt").read_text())
+        rows = _here_rows(100 + len(self.calls), speed, req.revision[:12])
+        if req.modes:
+            rows = [r for r in rows if r.mode in req.modes]
+        env = Environment(arch="sm90", gpu_name=HERE, commit=req.revision[:12])
+        write_run(req.out_dir / req.revision[:12] / "sm90", rows,
+                  RunMeta(matrix="synthetic", commit=req.revision[:12], arch="sm90",
+                          environment=env))
+
+
+def _baseline(tmp_path, base_sha: str) -> None:
+    env = Environment(arch="sm90", gpu_name=REF, commit=base_sha[:12])
+    write_run(tmp_path / "acc" / "sm90", BASE, RunMeta(
+        matrix="synthetic", commit=base_sha[:12], arch="sm90", environment=env,
+        settings=S.to_dict()))
+    assert main(["baseline", "accept", str(tmp_path / "acc" / "sm90"),
+                 "--root", str(tmp_path / "baselines"), "--yes"]) == 0
+
+
+def _stored(tmp_path, base_sha: str, head_sha: str, speed: dict[str, float]):
+    """The reference baseline, and the runner's run of ``head_sha`` gated as its bench
+    gates it (timing rows TIMING_NOT_COMPARABLE)."""
+    _baseline(tmp_path, base_sha)
+    run_dir = tmp_path / "results" / head_sha[:12] / "sm90"
+    cur = _here_rows(3, speed, head_sha[:12])
+    env = Environment(arch="sm90", gpu_name=HERE, commit=head_sha[:12])
+    write_run(run_dir, cur, RunMeta(matrix="synthetic", commit=head_sha[:12], arch="sm90",
+                                    environment=env, settings=S.to_dict()))
+    said: list[str] = []
+    gate_against_baseline(cur, "synthetic", command="harness bench", run_dir=run_dir,
+                          baselines=tmp_path / "baselines", arch="sm90", env=env,
+                          settings=S, measured=S.to_dict(), echo=said.append)
+    return run_dir, said
+
+
+def _gated(run_dir):
+    gate = read_meta(run_dir / "synthetic.json").extra["gate"]
+    rows = {tuple(k.split("|")): v for k, v in gate["verdicts"].items()}
+    return {k: v for k, v in rows.items() if k[-1] == "graph"}
+
+
+def test_the_bench_alone_reads_another_model_timing_not_comparable_and_says_what_to_do(
+        tmp_path):
+    repo, base_sha, head_sha = _repo(tmp_path, {})
+    run_dir, said = _stored(tmp_path, base_sha, head_sha, {})
+    assert set(_gated(run_dir).values()) == {"TIMING_NOT_COMPARABLE"}
+    hint = [s for s in said if "no sm90 baseline of 'synthetic H100' yet" in s]
+    assert len(hint) == 1 and "harness baseline record --runs" in hint[0]
+    assert "models/synthetic-h100" in hint[0] and "\n" not in hint[0]
+
+
+@pytest.mark.parametrize("per_class", [1, 4])
+def test_an_unchanged_build_on_another_model_gets_speed_verdicts_and_passes(
+        tmp_path, capsys, per_class):
+    """per_class 4 measures every row of this small matrix at the baseline's commit; 1
+    projects most rows by their class's factor, and the rows whose own model difference
+    puts them beyond the screen are cleared by the A/B."""
+    settings = replace(S, projection_sample=per_class)
+    repo, base_sha, head_sha = _repo(tmp_path, {})
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, {})
+    fake = OnTheRunner()
+    said: list[str] = []
+    code = ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=settings, rounds=2, repo=repo, runner=fake,
+                             echo=said.append)
+    assert code == 0
+    # the factor first: one bench at the baseline's commit, of the sample only, graph mode
+    first = fake.calls[0]
+    assert first.revision == base_sha and first.label == "A" and first.modes == ("graph",)
+    assert 0 < len(first.rows) <= per_class * 9
+    verdicts = _gated(run_dir)
+    judged = [v for v in verdicts.values() if v != "TIMING_NOT_COMPARABLE"]
+    assert len(judged) >= 0.95 * len(verdicts) and set(judged) <= {"SAME", "FASTER"}
+    rec = stored_ab(read_meta(run_dir / "synthetic.json"))
+    assert rec.projection is not None and rec.projection.runner_model == HERE
+    # each class's factor is the model's, measured on the baseline's commit
+    for cls, f in rec.projection.factors.items():
+        path = cls.split("|")[0]
+        assert f == pytest.approx(MODEL[path] * (1.0 if cls.endswith("M<=16") else 1.08),
+                                  rel=0.05)
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr().out
+    assert "verdicts agree with the bench's stored gate on all" in out
+    head = (tmp_path / "rep" / "report.md").read_text()
+    assert "speed judged on this runner" in head and HERE in head
+    # the fleet page names the model and how its speed was judged
+    assert main(["merge", str(run_dir), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / "fleet")]) == 0
+    summary = (tmp_path / "fleet" / "summary.md").read_text()
+    assert HERE in summary and "on the runner: machine factor + A/B" in summary
+
+
+@pytest.mark.parametrize("per_class", [1, 4])
+@pytest.mark.parametrize("slow", [{"fp16_cache": 1.05}, {"marlin_asym": 1.04},
+                                  {"native_int4": 1.05}])
+def test_a_real_slowdown_on_another_model_fails_that_path_and_no_other(tmp_path, slow,
+                                                                        per_class):
+    """A whole path slower (what most regressions look like) is not absorbed into its
+    machine factor: the factor comes from the baseline's commit measured here."""
+    repo, base_sha, head_sha = _repo(tmp_path, slow)
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, slow)
+    code = ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=replace(S, projection_sample=per_class),
+                             rounds=3, repo=repo, runner=OnTheRunner(), echo=lambda s: None)
+    assert code == 1
+    path = next(iter(slow))
+    verdicts = _gated(run_dir)
+    mine = [v for k, v in verdicts.items() if k[1] == path]
+    assert sum(v == "SLOWER" for v in mine) >= 0.95 * len(mine)
+    assert "SLOWER" not in {v for k, v in verdicts.items() if k[1] != path}
+
+
+def test_without_the_baselines_commit_the_rows_stay_not_comparable(tmp_path):
+    repo, base_sha, head_sha = _repo(tmp_path, {})
+    run_dir, _ = _stored(tmp_path, "d" * 40, head_sha, {})
+    said: list[str] = []
+    before = read_meta(run_dir / "synthetic.json").extra["gate"]
+    assert ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, repo=repo, runner=OnTheRunner(),
+                             echo=said.append) is None
+    line = [s for s in said if "not judged" in s]
+    assert len(line) == 1 and "stay TIMING_NOT_COMPARABLE" in line[0]
+    assert read_meta(run_dir / "synthetic.json").extra["gate"] == before
+
+
+def test_without_git_the_rows_stay_not_comparable(tmp_path, monkeypatch):
+    repo, base_sha, head_sha = _repo(tmp_path, {})
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, {})
+    monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))       # no git executable
+    said: list[str] = []
+    assert ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, repo=repo, runner=OnTheRunner(),
+                             echo=said.append) is None
+    assert any("git" in s and "TIMING_NOT_COMPARABLE" in s for s in said)
+
+
+def test_a_model_with_a_baseline_of_its_own_is_gated_against_it(tmp_path, capsys):
+    """`harness baseline accept` of the runner's run writes the model's own folder (the
+    reference's rows are untouched); the next run on that model gets the usual gate."""
+    repo, base_sha, head_sha = _repo(tmp_path, {})
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, {})
+    ref_csv = (tmp_path / "baselines" / "sm90" / "synthetic.csv").read_text()
+    capsys.readouterr()
+    assert main(["baseline", "accept", str(run_dir), "--root", str(tmp_path / "baselines"),
+                 "--yes"]) == 0
+    out = capsys.readouterr().out
+    own = tmp_path / "baselines" / "sm90" / "models" / model_slug(HERE)
+    assert (own / "synthetic.csv").is_file() and "is not sm90's reference model" in out
+    assert (tmp_path / "baselines" / "sm90" / "synthetic.csv").read_text() == ref_csv
+    assert matrix_dir(tmp_path / "baselines", "sm90", HERE, "synthetic") == own
+    assert matrix_dir(tmp_path / "baselines", "sm90", REF, "synthetic").name == "sm90"
+    assert target_dir(tmp_path / "baselines", "sm90", REF) == tmp_path / "baselines" / "sm90"
+    # a second process on this model: speed verdicts from the gate itself, no hint
+    again = tmp_path / "again"
+    rows = _here_rows(9, {}, head_sha[:12])
+    env = Environment(arch="sm90", gpu_name=HERE, commit=head_sha[:12])
+    write_run(again, rows, RunMeta(matrix="synthetic", commit=head_sha[:12], arch="sm90",
+                                   environment=env, settings=S.to_dict()))
+    said: list[str] = []
+    assert gate_against_baseline(rows, "synthetic", command="harness bench", run_dir=again,
+                                 baselines=tmp_path / "baselines", arch="sm90", env=env,
+                                 settings=S, measured=S.to_dict(), echo=said.append) == 0
+    assert not any("no sm90 baseline of" in s for s in said)
+    assert "TIMING_NOT_COMPARABLE" not in str(read_meta(again / "synthetic.json").extra["gate"])
+    # and `harness baseline show` lists both models
+    capsys.readouterr()
+    assert main(["baseline", "show", "--root", str(tmp_path / "baselines")]) == 0
+    shown = capsys.readouterr().out
+    assert REF in shown and HERE in shown
+
+
+def test_the_sample_spreads_over_each_class_and_the_factor_is_its_median():
+    cur = resample(BASE, 1, factor={r.key: _model(r) for r in BASE})
+    cur = [replace(r, device_name=HERE) for r in cur]
+    result = evaluate(cur, BASE, S, timing_reason="GPU model differs")
+    judged = judged_rows(result, S)
+    assert judged and {v.mode for v in judged} == {"graph"}          # cold rows: information
+    sample = pick_sample(judged, 2)
+    by_class: dict[str, list] = {}
+    for v in sample:
+        by_class.setdefault(class_of(v.current), []).append(v)
+    for cls, rows in by_class.items():
+        times = sorted(v.baseline.time_us_median for v in judged
+                       if class_of(v.current) == cls)
+        assert {v.baseline.time_us_median for v in rows} == {times[0], times[-1]}
+    assert pick_sample(judged, 2) == sample                          # deterministic
+    measured = {v.key: v.current for v in sample}
+    factors = machine_factors(judged, measured)
+    assert factors["fp16_cache|graph|M<=16"] == pytest.approx(1.35, rel=0.05)
+    assert m_bucket(1) == "M<=16" and m_bucket(64) == "M<=256" and m_bucket(1024) == "M>256"
+    assert {v.verdict for v in judged} == {Verdict.TIMING_NOT_COMPARABLE}
