@@ -14,8 +14,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import nox
+
+#: When this file was imported: `harness job` prints the seconds from here to its own
+#: start as "nox start" (the interpreter probe and any install from the wheelhouse).
+NOX_T0 = time.time()
 
 nox.options.sessions = ["tests", "lint"]
 nox.options.default_venv_backend = "venv"
@@ -164,6 +169,7 @@ def _bench(session: nox.Session, arch: str | None) -> None:
     # admitting SM 9.0 so Hopper results say what Marlin would do there; override by exporting.
     session.env.setdefault("TINYLOOP_USE_MARLIN", os.environ.get("TINYLOOP_USE_MARLIN", "1"))
     session.env.setdefault("HARNESS_MARLIN_SM90", os.environ.get("HARNESS_MARLIN_SM90", "1"))
+    session.env["HARNESS_NOX_T0"] = repr(NOX_T0)
     args = ["--arch", arch] if arch else []
     chosen = any(a.startswith(("--matrix", "-m", "--filter", "-f", "--paths", "--mode"))
                  for a in session.posargs)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -233,17 +234,17 @@ def run(args: argparse.Namespace) -> int:
         code, err = _run_step(["ppl", *ppl, *_common(args)])
         results.append(StepResult("ppl", "ppl", code, seconds=time.perf_counter() - t1, reason=err))
     run_dir = _run_dir(args, git_commit())
-    t_ab = time.perf_counter()
+    ab_parts: dict[str, float] = {}
     if args.ab_confirm and run_dir is not None:
         gated = [r.matrix for r in results
                  if r.step != "ppl" and r.exit_code in (EXIT_PASS, EXIT_FAIL)]
         try:
             if gated:
                 ab_confirm(run_dir, gated, baselines=args.baselines, arch=run_dir.name,
-                           settings=settings_from_args(args), rounds=args.ab_rounds)
+                           settings=settings_from_args(args), rounds=args.ab_rounds,
+                           seconds=ab_parts)
         except EXPECTED_ERRORS as exc:     # e.g. an unreadable stored run or baseline
             print(f"harness job: A/B not done, the verdicts stand: {one_line(exc)}")
-    ab_s = time.perf_counter() - t_ab
     for r in results:
         r.rows, r.verdicts, gate = _gate_record(run_dir, r.matrix) if run_dir else (0, {}, {})
         if r.step != "ppl" and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and gate:
@@ -254,29 +255,91 @@ def run(args: argparse.Namespace) -> int:
         r.reason = r.reason or _reason(r.exit_code, r.failing, bool(gate))
     worst = worst_exit([r.exit_code for r in results])
     wall = time.perf_counter() - t0
-    timing = _timing(results, ab_s, wall)     # one wall time: the title, the line, job.json
+    # one wall time: the title, the line, job.json
+    timing = job_timing(results, ab_parts, wall, nox_started())
+    stages = bench_stages(results, run_dir)
     _print_summary(results, worst, wall)
-    print("harness job: time: " + ", ".join(f"{k} {v:.0f} s" for k, v in timing.items()))
+    print(time_line(timing, stages))
     if run_dir is not None and run_dir.is_dir():
         (run_dir / "job.json").write_text(json.dumps(
             {"commit": git_commit(), "exit_code": worst, "wall_s": round(wall, 1),
              "seconds": {k: round(v, 1) for k, v in timing.items()},
+             "bench_stages_s": {k: round(v, 1) for k, v in stages.items()},
              "steps": [r.__dict__ for r in results]}, indent=2) + "\n", encoding="utf-8")
         print(f"harness job: reports of this run: harness report {run_dir} "
               f"--baseline {args.baselines}")
     return worst
 
 
-def _timing(results: list[StepResult], ab_s: float, wall_s: float) -> dict[str, float]:
-    """Where the job's wall time went: the bench process (its matrices), ppl, the A/B
-    confirmation (0 when nothing was flagged or it is off) and the whole job."""
+#: The variable `nox -s bench-smXX` sets to the time (``time.time()``) its noxfile was
+#: imported: the job's time line then starts with what nox spent before the job.
+NOX_T0_ENV = "HARNESS_NOX_T0"
+#: The variable `nox -s bench-smXX` sets to the time (``time.time()``) its noxfile was
+#: imported: the job's time line then starts with what nox spent before the job.
+NOX_T0_ENV = "HARNESS_NOX_T0"
+
+
+def nox_started() -> float | None:
+    """Seconds between the noxfile's import and this module's (nox's start-up, its
+    interpreter probe and any install), when the job runs under `nox -s bench-smXX`."""
+    try:
+        t0 = float(os.environ.get(NOX_T0_ENV, ""))
+    except ValueError:
+        return None
+    return max(0.0, _IMPORTED_AT - t0)
+
+
+_IMPORTED_AT = time.time()
+
+
+def bench_stages(results: list[StepResult], run_dir: Path | None) -> dict[str, float]:
+    """The bench process's wall time by stage, summed over its matrices' json
+    (``wall_s_by_stage``: case data, per-path set-up with the extension's build or load,
+    each timing mode, the fresh-input re-check), and "gate + other", the rest of the
+    process (start-up, ceilings, the gate and its re-measurements)."""
     bench = [r for r in results if r.step != "ppl"]
-    out = {f"bench ({'+'.join(r.matrix for r in bench)})": bench[0].seconds} if bench else {}
+    if not bench or run_dir is None:
+        return {}
+    stages: dict[str, float] = {}
+    for r in bench:
+        path = run_dir / f"{r.matrix}.json"
+        wall = (read_meta(path).extra.get("wall_s_by_stage") or {}) if path.is_file() else {}
+        for k, v in wall.items():
+            stages[k] = stages.get(k, 0.0) + float(v or 0.0)
+    order = ("data", "set-up", "graph", "cold", "cpu", "re-check")
+    stages = dict(sorted(stages.items(), key=lambda kv: (
+        order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
+    stages["gate + other"] = max(0.0, bench[0].seconds - sum(stages.values()))
+    return stages
+
+
+def job_timing(results: list[StepResult], ab: dict[str, float], wall_s: float,
+               nox_s: float | None) -> dict[str, float]:
+    """Where the job's wall time went: nox's start (under nox; before the job, so not in
+    its total), the bench process (its matrices), ppl, the machine factor of another GPU
+    model (when there was one), the A/B confirmation (0 when nothing was flagged or it is
+    off) and the whole job."""
+    out: dict[str, float] = {"nox start": nox_s} if nox_s is not None else {}
+    bench = [r for r in results if r.step != "ppl"]
+    if bench:
+        out[f"bench ({'+'.join(r.matrix for r in bench)})"] = bench[0].seconds
     for r in results:
         if r.step == "ppl":
             out["ppl"] = r.seconds
-    out.update({"A/B": ab_s, "total": wall_s})
+    out.update({k: v for k, v in ab.items() if k == "machine factor"})
+    out.update({"A/B": ab.get("A/B", 0.0), "total": wall_s})
     return out
+
+
+def time_line(timing: dict[str, float], stages: dict[str, float]) -> str:
+    """The job's last timing line: each part, the bench's stages in brackets after it."""
+    parts = []
+    for k, v in timing.items():
+        part = f"{k} {v:.0f} s"
+        if k.startswith("bench (") and stages:
+            part += " [" + ", ".join(f"{s} {t:.0f}" for s, t in stages.items()) + "]"
+        parts.append(part)
+    return "harness job: time: " + ", ".join(parts)
 
 
 def _run_dir(args, commit: str) -> Path | None:

@@ -49,6 +49,11 @@ def test_the_job_says_no_baseline_per_step(tmp_path, capsys):
     took = json.loads(job.read_text())["seconds"]
     assert list(took) == ["bench (smoke)", "ppl", "A/B", "total"] and took["A/B"] == 0
     assert took["total"] >= took["bench (smoke)"] + took["ppl"] - 0.15 > 0  # each rounded to 0.1
+    # the bench's stages: in brackets on the line, summing to its part in job.json
+    stages = json.loads(job.read_text())["bench_stages_s"]
+    assert {"data", "set-up", "cpu", "re-check", "gate + other"} <= set(stages)
+    assert sum(stages.values()) == pytest.approx(took["bench (smoke)"], abs=0.5)
+    assert "[data " in table and "gate + other " in table
 
 
 @pytest.mark.parametrize("ci", [False, True])
