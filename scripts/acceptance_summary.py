@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 
-def summarize(run_dir: Path, plant: str | None, mode: str) -> list[str]:
+def summarize(run_dir: Path, plant: str | None, mode: str, by_path: bool = False) -> list[str]:
     lines = []
     for meta_path in sorted(run_dir.glob("*.json")):
         meta = json.loads(meta_path.read_text())
@@ -51,6 +51,21 @@ def summarize(run_dir: Path, plant: str | None, mode: str) -> list[str]:
                      f"{others} other failing row(s)")
             line += _per_gpu(meta_path.with_suffix(".csv"), mine)
         lines.append(line)
+        if by_path:
+            counts: dict[str, Counter] = {}
+            for k, v in verdicts.items():
+                if k.split("|")[2] == mode:
+                    counts.setdefault(k.split("|")[1], Counter())[v] += 1
+            lines.append(f"{run_dir} {meta_path.stem} {mode} rows by path: " + "; ".join(
+                f"{p} {dict(c)}" for p, c in sorted(counts.items())))
+        if ab and ab.get("projection"):          # another GPU model, judged on the runner
+            proj = ab["projection"]
+            f = proj.get("factors") or {}
+            lines.append(f"{run_dir} {meta_path.stem}: projected from {proj['reference_model']!r}"
+                         f" to {proj['runner_model']!r}: {len(f)} class factors "
+                         + ", ".join(f"{k} x{v:.3f}" for k, v in sorted(f.items()))
+                         + f"; {len(proj.get('measured') or ())} rows measured at the baseline's"
+                         " commit")
     job_path = run_dir / "job.json"
     if lines and job_path.is_file():           # the job's exit code and where its time went
         job = json.loads(job_path.read_text())
@@ -89,8 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("runs", nargs="+", type=Path, help="stored run directories (.../<arch>)")
     p.add_argument("--plant", default=None, help="the path a planted slowdown was put on")
     p.add_argument("--mode", default="graph", help="the mode that gates (default graph)")
+    p.add_argument("--by-path", action="store_true",
+                   help="also the verdict counts of each path's rows in --mode")
     args = p.parse_args(argv)
-    lines = [line for run in args.runs for line in summarize(run, args.plant, args.mode)]
+    lines = [line for run in args.runs
+             for line in summarize(run, args.plant, args.mode, args.by_path)]
     print("\n".join(lines) if lines else "no gate record in these directories")
     return 0 if lines else 1
 

@@ -8,6 +8,8 @@
 #   planted a graph-mode production run with the planted 5% slowdown on $PLANT (default
 #           fp16_cache; PLANT_ARGS default --no-compare), results under planted/
 #   job     `harness job` (the main job as nox runs it, without nox's ~24 s start), under aa/
+#   regress a real regression committed on top (fp16_cache through a temporary), then the
+#           nox job again, results under regress/ (issue 36; needs FROM_BUNDLE)
 #   job2    a second process of the job on the same machine, results under aa2/
 #   parity2 a second process of parity and edges, results under aa2/
 #   report  `harness report` on each stored run against the committed baselines
@@ -94,6 +96,19 @@ fi
   ${JOB_ARGS:-} && tail -12 "$logs/$tag-job.log"
 [[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress ${JOB_ARGS:-} \
   && tail -12 "$logs/$tag-job2.log"
+# regress (issue 36): a real regression committed on top of the clone (needs FROM_BUNDLE):
+# fp16_cache computes into a temporary and copies it into `out`; then `nox -s bench-sm90`,
+# results under regress/. On a GPU model without a baseline of its own, the job judges it on
+# the runner (machine factor + A/B against the baseline's commit, docs/measurement.md §16).
+if [[ $steps == *" regress "* ]]; then
+  sed -i 's/torch.matmul(A, prepared.state\["W"\], out=out)/out.copy_(torch.matmul(A, prepared.state["W"]))/' \
+    harness/kernels/fp16_cache.py
+  git -c user.email=device@harness -c user.name=device commit -qam \
+    "planted regression: fp16_cache computes into a temporary, then copies it into out"
+  echo "regress commit $(git rev-parse HEAD) $(git diff --stat HEAD~1 | tail -1)" | tee -a "$out/$tag-times.txt"
+  step regress python3 -m nox -s bench-sm90 -- --out "$res/regress" --no-progress ${NOX_ARGS:-} \
+    && tail -14 "$logs/$tag-regress.log"
+fi
 [[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare ${BENCH_ARGS:-}
 [[ $steps == *" parity2 "* ]] && step parity2 python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa2" --no-progress --no-compare ${BENCH_ARGS:-}
 [[ $steps == *" planted "* ]] && step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
@@ -120,7 +135,7 @@ if [[ $steps == *" summary "* ]]; then
   for d in "$res"/*/*/sm90; do
     [ -d "$d" ] || continue
     plant=(); [[ $d == */planted* ]] && plant=(--plant "${PLANT:-fp16_cache}")
-    python3 scripts/acceptance_summary.py "$d" "${plant[@]}" | tee -a "$out/$tag-summary.txt"
+    python3 scripts/acceptance_summary.py "$d" --by-path "${plant[@]}" | tee -a "$out/$tag-summary.txt"
   done
 fi
 # the pending GPU checks of other issues, each its own step

@@ -157,7 +157,7 @@ def real_bisect_history(tmp_path: Path):
     results, line, summary, h200_steps = real_bisect(tmp_path / "bisect")
     fleet = tmp_path / "fleet"
     real_fleet(fleet, cpu_run=False)                # the sm90 baselines the chain carried
-    margins, notes = baseline_margins(fleet / "baselines", "sm90", ["production"])
+    margins, notes = baseline_margins(fleet / "baselines", "sm90", "NVIDIA H200", ["production"])
     assert not notes and margins, notes
     settings = load_settings()
     history = build_history(line, stored_runs(results, "sm90"), arch="sm90", margins=margins,

@@ -18,11 +18,12 @@ import argparse
 from pathlib import Path
 
 from ..errors import HarnessError
-from ..reports.history import RowKey, build_history
+from ..reports.history import RowKey, build_history, one_model
 from ..reports.history_html import write_history
 from ..reports.steps import detect_steps
-from ..results.baseline import BaselineNotFoundError, baseline_dir, read_baseline_matrix
+from ..results.baseline import BaselineNotFoundError, read_baseline_matrix
 from ..results.catalog import archs, stored_runs
+from ..results.models import matrix_dir
 from ..results.schema import SchemaError
 from .common import add_settings_args, csv_list, plain, settings_from_args
 from .revisions import first_parent, resolve_revision
@@ -48,6 +49,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--matrix", default=None, help="comma list of matrices (default: all)")
     p.add_argument("--paths", default=None, help="comma list of paths (default: all)")
     p.add_argument("--mode", default=None, help="comma list of modes (default: all)")
+    p.add_argument("--model", default=None, metavar="GPU",
+                   help="the GPU model whose runs are drawn (a name or its folder slug, e.g. "
+                        "nvidia-h100-80gb-hbm3; default: the model with the most runs); the "
+                        "page never draws two models on one time axis")
     p.add_argument("--out", default=None,
                    help="output directory (default <results>/history/<arch>)")
     add_settings_args(p)
@@ -66,15 +71,15 @@ def pick_arch(results: Path, arch: str | None) -> str:
     return found[0]
 
 
-def baseline_margins(baselines: Path, arch: str, matrices: list[str]) -> tuple[dict, list[str]]:
-    """Per row the noise margin of ``<baselines>/<arch>/<matrix>.json``; notes on what is
-    missing."""
+def baseline_margins(baselines: Path, arch: str, model: str,
+                     matrices: list[str]) -> tuple[dict, list[str]]:
+    """Per row the noise margin of the baseline of ``model`` (``results.models``: its own
+    folder, else the arch's); notes on what is missing."""
     margins: dict[RowKey, float] = {}
     notes = []
-    bdir = baseline_dir(baselines, arch)
     for matrix in matrices:
         try:
-            _, meta = read_baseline_matrix(bdir, matrix)
+            _, meta = read_baseline_matrix(matrix_dir(baselines, arch, model, matrix), matrix)
         except (BaselineNotFoundError, SchemaError) as exc:
             notes.append(f"matrix {matrix}: no baseline noise margins ({exc}); the band is "
                          "noise_margin_floor")
@@ -93,21 +98,29 @@ def run(args: argparse.Namespace) -> int:
     runs = stored_runs(results, arch)
     if not runs:
         raise HistoryError(f"{results}: no stored run of {arch}")
+    model, runs, others = one_model(runs, args.model)
     if args.last < 1:
         raise HistoryError(f"--last must be >= 1, got {args.last}")
     tip = resolve_revision(repo, args.rev)
     line = [(c.sha, c.subject) for c in first_parent(repo, tip, last=args.last)]
     matrices = sorted({m for r in runs if r.run is not None for m in r.run.matrices})
     wanted = list(csv_list(args.matrix))
-    margins, notes = baseline_margins(Path(args.baselines), arch, wanted or matrices)
+    margins, notes = baseline_margins(Path(args.baselines), arch, model, wanted or matrices)
+    if others:
+        notes.insert(0, f"GPU model {model!r} drawn; runs of other models of {arch} are not "
+                        "(their times do not share one axis): "
+                        + ", ".join(f"{m} ({n} run(s))" for m, n in others.items())
+                        + "; --model NAME draws one of them")
     history = build_history(line, runs, arch=arch, margins=margins,
                             floor=settings.noise_margin_floor, matrices=wanted,
                             paths=csv_list(args.paths), modes=csv_list(args.mode))
     steps = detect_steps(history, settings)
     out = Path(args.out) if args.out else results / "history" / arch
-    files = write_history(history, steps, settings, out, notes=notes)
+    files = write_history(history, steps, settings, out, notes=notes,
+                          title=f"Results history: {arch}" + (f" on {model}" if model else ""))
     slots = {s.index: s for s in history.slots}
-    print(f"harness history: {arch}, {len(history.slots)} commits ({history.runs} stored runs, "
+    print(f"harness history: {arch} on {model or 'an unknown GPU model'}, "
+          f"{len(history.slots)} commits ({history.runs} stored runs, "
           f"{len(history.off_line)} off the line), {len(history.series)} rows, "
           f"{len(steps)} steps")
     for note in notes:

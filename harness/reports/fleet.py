@@ -7,8 +7,10 @@ record), its exit code and the reason for it. Runs are never merged with each ot
 runs of one arch from two machines are two ``FleetRun`` records with two labels
 (``label_runs``). The tables:
 
-* ``summary_frame``: verdict counts per run and path (arch x machine x path x verdict),
-  with the failing rows and the run's exit code;
+* ``summary_frame``: verdict counts per run and path (arch x GPU model x machine x path x
+  verdict), with the failing rows and the run's exit code; ``speed_judged``: how a run's
+  speed was judged (its own model's baseline, on the runner against another model's, or
+  not at all);
 * ``machines_frame``: each run's environment (GPU, uuid, host, driver, torch, CUDA,
   optimum-quanto, commit, date);
 * ``winners_frame`` / ``rules_frame``: the crossover (``crossover.crossover``: the fastest
@@ -35,7 +37,7 @@ from ..results.environment import Environment
 from ..results.schema import ResultRow
 from .crossover import crossover, dispatch_rule
 from .csv_report import report_frame
-from .verdicts import PRIORITY, GateResult, is_stand_in
+from .verdicts import PRIORITY, GateResult, Verdict, is_stand_in
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,20 @@ def label_runs(envs: Sequence[Environment]) -> list[str]:
     return out
 
 
+def speed_judged(run: FleetRun) -> str:
+    """How the run's speed was judged, in a few words: against a baseline of its own GPU
+    model; on the runner against another model's baseline (the job's machine factor and
+    A/B); not at all (another model, a plain bench: TIMING_NOT_COMPARABLE); or nothing to
+    judge (no baseline, CPU stand-ins)."""
+    if any(n.startswith("speed judged on this runner") for n in run.result.notes):
+        return "on the runner: machine factor + A/B against another model's baseline"
+    if any(v.verdict == Verdict.TIMING_NOT_COMPARABLE for v in run.result.verdicts):
+        return "not judged: another GPU model's baseline (TIMING_NOT_COMPARABLE)"
+    if not run.result.has_baseline or not run.timed:
+        return "not judged: no timed baseline"
+    return "against its own GPU model's baseline"
+
+
 def fleet_exit(runs: Sequence[FleetRun]) -> int:
     """The fleet's exit code: the worst run's (``errors.worst_exit`` order)."""
     return worst_exit([r.exit_code for r in runs])
@@ -113,11 +129,13 @@ def summary_frame(runs: Sequence[FleetRun]) -> pd.DataFrame:
         paths = sorted({rv.path for rv in run.result.verdicts})
         for path in paths:
             mine = [rv for rv in run.result.verdicts if rv.path == path]
-            rec = {"arch": run.arch, "machine": run.machine, "run": run.label, "path": path}
+            rec = {"arch": run.arch, "GPU model": run.environment.gpu_name,
+                   "machine": run.machine, "run": run.label, "path": path}
             rec.update({str(v): sum(rv.verdict == v for rv in mine) for v in present})
             rec.update({"failing": sum(rv.fails for rv in mine), "exit": run.exit_code})
             records.append(rec)
-    cols = ["arch", "machine", "run", "path", *map(str, present), "failing", "exit"]
+    cols = ["arch", "GPU model", "machine", "run", "path", *map(str, present), "failing",
+            "exit"]
     return pd.DataFrame(records, columns=cols)
 
 

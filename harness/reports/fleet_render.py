@@ -29,6 +29,7 @@ from .fleet import (
     machines_frame,
     merged_frame,
     rules_frame,
+    speed_judged,
     summary_frame,
     untimed_note,
     winners_frame,
@@ -138,7 +139,8 @@ def render_fleet_html(runs: Sequence[FleetRun], title: str = "INT4 GEMM fleet re
         + "".join(_run_html(run, ids[id(run)]) for run in members) + "</section>"
         for arch, members in groups.items())
     runs_frame = pd.DataFrame(
-        [{"run": r.label, "arch": r.arch, "machine": r.machine, "verdicts from": r.verdicts_from,
+        [{"run": r.label, "arch": r.arch, "GPU model": r.environment.gpu_name,
+          "machine": r.machine, "verdicts from": r.verdicts_from, "speed judged": speed_judged(r),
           "exit": r.exit_code, "reason": r.reason} for g in groups.values() for r in g])
     untimed = untimed_note(runs)
     stand_in = any(is_stand_in(r) for run in runs for r in run.rows)
@@ -152,7 +154,10 @@ def render_fleet_html(runs: Sequence[FleetRun], title: str = "INT4 GEMM fleet re
 <body>
 <h1>{esc(title)}</h1>
 <p class="meta">{len(runs)} runs, {_machines(runs)}, arches
-{esc(", ".join(groups))}. Runs of one arch from different machines are shown apart.</p>
+{esc(", ".join(groups))}. Runs of one arch from different machines and GPU models are
+shown apart; "speed judged" says whether a run's times were judged against its own model's
+baseline, on the runner against another model's (the job's machine factor and A/B), or not
+at all.</p>
 <div class="banner {banner}" id="fleet-status">{esc(exit_line(runs))}</div>
 <nav><a href="#machines">Machines</a><a href="#summary">Summary</a>
 <a href="#winners">Which path wins where</a>{arch_nav}
@@ -200,8 +205,9 @@ def fleet_markdown(runs: Sequence[FleetRun], *, title: str = "INT4 GEMM fleet",
     lines += _md_frame(machines_frame(runs).drop(columns=["source"]))
     lines += ["", "**Runs**", ""]
     lines += _md_frame(pd.DataFrame(
-        [{"run": r.label, "verdicts from": r.verdicts_from, "exit": r.exit_code,
-          "reason": r.reason}
+        [{"run": r.label, "GPU model": r.environment.gpu_name,
+          "verdicts from": r.verdicts_from, "speed judged": speed_judged(r),
+          "exit": r.exit_code, "reason": r.reason}
          for g in by_arch(runs).values() for r in g]))
     lines += ["", "**Verdicts per arch, machine and path**", ""]
     lines += _md_frame(summary_frame(runs).drop(columns=["machine"]), limit=60)

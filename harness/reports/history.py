@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ..results.catalog import StoredRun
+from ..results.models import model_slug
 from ..results.schema import ResultRow
 from ..results.store import Run
 
@@ -240,3 +241,31 @@ def group_ratios(series: Sequence[RowSeries], metric: str) -> list[GroupPoint]:
     return [GroupPoint(i, run, math.exp(float(np.mean(v))) if v else math.nan, len(v),
                        len(series))
             for (i, run), v in sorted(logs.items())]
+
+
+def run_model(run: StoredRun) -> str:
+    """The GPU model a stored run was measured on ("" when unreadable or unknown)."""
+    return run.run.environment.gpu_name if run.run is not None else ""
+
+
+def one_model(runs: Sequence[StoredRun], wanted: str | None = None
+              ) -> tuple[str, list[StoredRun], dict[str, int]]:
+    """The runs of one GPU model, to be drawn on one time axis: ``wanted`` (a GPU name or
+    its folder slug, ``results.models.model_slug``), else the model with the most runs
+    (ties: the first by name); unreadable runs stay (they are gaps). Returns (the model,
+    its runs, the other models with their run counts), so a page never draws two models'
+    times on one axis and says which it left out."""
+    counts: dict[str, int] = {}
+    for r in runs:
+        if run_model(r):
+            counts[run_model(r)] = counts.get(run_model(r), 0) + 1
+    if wanted:
+        model = next((m for m in counts if model_slug(m) == model_slug(wanted)), "")
+        if not model:
+            raise ValueError(f"--model {wanted!r}: no stored run of that GPU model (models: "
+                             f"{', '.join(sorted(counts)) or 'none'})")
+    else:
+        model = min(counts, key=lambda m: (-counts[m], m)) if counts else ""
+    kept = [r for r in runs if not run_model(r) or model_slug(run_model(r)) == model_slug(model)]
+    others = {m: n for m, n in sorted(counts.items()) if model_slug(m) != model_slug(model)}
+    return model, kept, others

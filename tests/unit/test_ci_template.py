@@ -107,8 +107,8 @@ def test_the_report_step_writes_the_summary_it_posts(wf, fleet, tmp_path):
     md = (ws / "report-sm89" / "summary.md").read_text()
     assert summary == md + "\n"                        # what the job summary shows
     assert "exit 1 (a failing verdict): the worst of the runs' (sm89 @ lab-a 1)" in md
-    assert "| arch | run | path | SLOWER | SAME | failing | exit |" in md
-    assert "| sm89 | sm89 @ lab-a | marlin_asym | 6 | 0 | 6 | 1 |" in md
+    assert "| arch | GPU model | run | path | SLOWER | SAME | failing | exit |" in md
+    assert "| sm89 | synthetic L40S | sm89 @ lab-a | marlin_asym | 6 | 0 | 6 | 1 |" in md
     assert md.count("🐢 SLOWER") == 6
     assert (ws / "report-sm89" / "index.html").is_file()
     assert (ws / "report-sm89" / "merged.csv").is_file()
@@ -121,7 +121,7 @@ def test_the_report_step_of_a_passing_arch(wf, fleet, tmp_path):
                                  tmp_path)
     assert proc.returncode == 0 and "harness merge exited" not in proc.stdout
     assert "### INT4 GEMM fleet: ✅ exit 0 (pass)" in summary
-    assert "| sm90 | sm90 @ lab-b | marlin_asym | 6 | 0 | 0 |" in summary
+    assert "| sm90 | synthetic H200 | sm90 @ lab-b | marlin_asym | 6 | 0 | 0 |" in summary
 
 
 @pytest.mark.parametrize("case, want", [

@@ -70,7 +70,7 @@ def test_three_machines_merged_with_baselines(fleet, tmp_path, capsys, monkeypat
     # summary.md: the exit line, the summary table (arch x path x verdict counts)
     md = (out / "summary.md").read_text()
     assert md.startswith("### INT4 GEMM fleet: ❌ exit 1 (a failing verdict)")
-    table = _md_table(md, "| arch | run | path |")
+    table = _md_table(md, "| arch | GPU model | run | path |")
     counts = {(r.arch, r.path): r for r in table.itertuples()}
     assert len(table) == 15                             # 3 runs x 5 paths (3 paths, 2 peers)
     marlin89 = counts[("sm89", "marlin_asym")]

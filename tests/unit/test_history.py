@@ -223,3 +223,27 @@ def test_history_command_on_a_git_repository(tmp_path, capsys):
     assert (tmp_path / "h" / "history-steps.csv").read_text().count(shas[4]) == 1
     assert main(["history", "--results", str(tmp_path / "empty"), "--repo", str(repo)]) == 2
     assert "no stored run" in capsys.readouterr().err
+
+
+def test_runs_of_two_gpu_models_are_never_drawn_on_one_axis(tmp_path):
+    """A pool of H200 and H100 runners stores runs of both models under sm90: the history
+    draws one model (by default the one with the most runs, or --model) and names the
+    others it left out."""
+    from harness.reports.history import one_model
+
+    root = tmp_path / "results"
+    for i, sha in enumerate(SHAS[:4]):
+        _store(root, sha, resample(BASE, seed=i))
+    h100 = Environment(arch="sm90", gpu_name="synthetic H100", commit=SHAS[4][:12])
+    write_run(root / SHAS[4][:12] / "sm90", resample(BASE, seed=9, factor={"fp16_cache": 1.3}),
+              RunMeta(matrix="synthetic", commit=SHAS[4][:12], arch="sm90", environment=h100))
+    runs = stored_runs(root, "sm90")
+    model, kept, others = one_model(runs)
+    assert model == "synthetic H200" and len(kept) == 4 and others == {"synthetic H100": 1}
+    model, kept, others = one_model(runs, "synthetic-h100")
+    assert model == "synthetic H100" and len(kept) == 1 and others == {"synthetic H200": 4}
+    with pytest.raises(ValueError, match="no stored run of that GPU model"):
+        one_model(runs, "L4")
+    history = build_history(LINE, one_model(runs)[1], arch="sm90", margins={}, floor=0.01)
+    assert {r.run.environment.gpu_name for s in history.slots for r in s.runs} == \
+           {"synthetic H200"}
