@@ -200,8 +200,8 @@ def _project(foreign: dict[str, _Pending], models: Mapping[str, tuple[str, str]]
                               runner_model=models[m][1])
         p.slow = p.projected.screened
         echo(f"harness job: {m} on {models[m][1]!r} against the {models[m][0]!r} baseline: "
-             f"{p.projected.projection.note().split(': ', 1)[-1]}; "
-             f"{len(p.slow)} row(s) beyond the {settings.ab_screen:.1%} screen go to A/B")
+             f"{p.projected.projection.factors_text()}; {len(p.slow)} row(s) beyond the "
+             f"{settings.ab_screen:.1%} screen go to A/B")
 
 
 def ab_confirm(

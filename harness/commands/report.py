@@ -82,6 +82,7 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
     ``BaselineNotFoundError``, or with ``missing_ok`` is gated against nothing (NEW rows)
     and named in ``StoredGate.no_baseline``."""
     base_rows, margins, base_env, base_label, env_warnings = [], {}, None, "baseline", []
+    base_commits: dict[str, str] = {}      # matrix -> the commit its baseline json names
     timing_reason = None
     absent: list[str] = []
     refused: list[tuple[str, str]] = []
@@ -107,6 +108,7 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
                 print(line, file=sys.stderr)
             base_rows, margins = list(base.rows), base.margins
             base_env, base_label = base.environment, base.label
+            base_commits = {m: meta.environment.commit for m, meta in base.metas.items()}
     skip = {m for m, _ in refused}
     rows = [r for r in stored.rows if r.matrix not in skip]
     # the bench's confirmation re-measurements, stored with the run, are replayed: the
@@ -118,9 +120,12 @@ def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: 
                       current_label=stored.label, baseline_label=base_label,
                       timing_reason=timing_reason)
     if baseline and base_env is not None:   # the job's same-machine A/B readings, per matrix
+        # each against its own matrix's baseline commit: after `baseline accept
+        # --only-faster` production's json may name another commit than ppl's
         for matrix, meta in stored.metas.items():
             if matrix not in skip:
-                result = apply_ab(result, record_for(meta, base_env.commit))
+                result = apply_ab(result, record_for(meta, base_commits.get(matrix,
+                                                                          base_env.commit)))
     return StoredGate(with_env_warnings(result, env_warnings), base_env, tuple(absent),
                       tuple(refused))
 

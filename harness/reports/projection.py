@@ -155,14 +155,18 @@ class Projection:
             return "no machine factor"
         return f"the machine factor x{f:.3f} of {class_of(row)}"
 
-    def note(self) -> str:
-        """The report header's line: how speed was judged."""
+    def factors_text(self) -> str:
+        """The machine factors in a few words: how many classes, their span, from what."""
         span = (f"x{min(self.factors.values()):.3f}-x{max(self.factors.values()):.3f}"
                 if self.factors else "none")
+        return (f"machine factors of {len(self.factors)} classes ({span}) from "
+                f"{len(self.measured)} rows of the baseline's commit measured here")
+
+    def note(self) -> str:
+        """The report header's line: how speed was judged."""
         return (f"speed judged on this runner: GPU model {self.runner_model!r}, baseline "
-                f"recorded on {self.reference_model!r}; machine factors of "
-                f"{len(self.factors)} classes ({span}) from {len(self.measured)} rows of the "
-                "baseline's commit measured here (docs/measurement.md §16)")
+                f"recorded on {self.reference_model!r}; {self.factors_text()} "
+                "(docs/measurement.md §16)")
 
     def to_dict(self) -> dict:
         return {"reference_model": self.reference_model, "runner_model": self.runner_model,

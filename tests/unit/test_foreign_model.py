@@ -288,3 +288,33 @@ def test_the_sample_spreads_over_each_class_and_the_factor_is_its_median():
     assert factors["fp16_cache|graph|M<=16"] == pytest.approx(1.35, rel=0.05)
     assert m_bucket(1) == "M<=16" and m_bucket(64) == "M<=256" and m_bucket(1024) == "M>256"
     assert {v.verdict for v in judged} == {Verdict.TIMING_NOT_COMPARABLE}
+
+
+def test_report_replays_each_matrix_against_its_own_baseline_commit(tmp_path, capsys):
+    """A run of two matrices whose baselines name other commits (after `baseline accept
+    --only-faster`, production's json names the new commit, ppl's the old): the report
+    applies each matrix's A/B record against its own baseline's commit. On the H100 the
+    report read 224 rows TIMING_NOT_COMPARABLE that the job had judged, because it checked
+    every record against the first matrix's commit."""
+    repo, base_sha, head_sha = _repo(tmp_path, {})
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, {})
+    first = [replace(r, matrix="aaa") for r in BASE]          # read first, another commit
+    env = Environment(arch="sm90", gpu_name=REF, commit="e" * 12)
+    write_run(tmp_path / "acc2" / "sm90", first, RunMeta(
+        matrix="aaa", commit="e" * 12, arch="sm90", environment=env, settings=S.to_dict()))
+    assert main(["baseline", "accept", str(tmp_path / "acc2" / "sm90"),
+                 "--root", str(tmp_path / "baselines"), "--yes"]) == 0
+    mine = [replace(r, matrix="aaa") for r in _here_rows(4, {}, head_sha[:12])]
+    here = Environment(arch="sm90", gpu_name=HERE, commit=head_sha[:12])
+    write_run(run_dir, mine, RunMeta(matrix="aaa", commit=head_sha[:12], arch="sm90",
+                                     environment=here, settings=S.to_dict()))
+    gate_against_baseline(mine, "aaa", command="harness bench", run_dir=run_dir,
+                          baselines=tmp_path / "baselines", arch="sm90", env=here,
+                          settings=S, measured=S.to_dict(), echo=lambda s: None)
+    assert ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, rounds=2, repo=repo,
+                             runner=OnTheRunner(), echo=lambda s: None) == 0
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / "rep")]) == 0
+    assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
