@@ -8,6 +8,8 @@
 #   planted a graph-mode production run with the planted 5% slowdown on $PLANT (default
 #           fp16_cache; PLANT_ARGS default --no-compare), results under planted/
 #   job     `harness job` (the main job as nox runs it, without nox's ~24 s start), under aa/
+#   samemodel  the nox run of this call accepted as the GPU model's own baseline, then the
+#           nox job again (the same-model job on this model), results under same/
 #   regress a real regression committed on top (fp16_cache through a temporary), then the
 #           nox job again, results under regress/ (issue 36; needs FROM_BUNDLE)
 #   job2    a second process of the job on the same machine, results under aa2/
@@ -108,6 +110,16 @@ if [[ $steps == *" regress "* ]]; then
   echo "regress commit $(git rev-parse HEAD) $(git diff --stat HEAD~1 | tail -1)" | tee -a "$out/$tag-times.txt"
   step regress python3 -m nox -s bench-sm90 -- --out "$res/regress" --no-progress ${NOX_ARGS:-} \
     && tail -14 "$logs/$tag-regress.log"
+fi
+# samemodel (issue 36): the nox run of this call (aa/) accepted as this GPU model's own
+# baseline (baselines/<arch>/models/<model>/ of the clone), then `nox -s bench-sm90` again:
+# the same-model job on this model, its time beside the foreign job's, results under same/
+if [[ $steps == *" samemodel "* ]]; then
+  for d in "$res"/aa/*/sm90; do
+    step sameaccept python3 -m harness baseline accept "$d" --root baselines --yes
+  done
+  step samemodel python3 -m nox -s bench-sm90 -- --out "$res/same" --no-progress ${NOX_ARGS:-} \
+    && tail -14 "$logs/$tag-samemodel.log"
 fi
 [[ $steps == *" parity "* ]] && step parity python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa" --no-progress --no-compare ${BENCH_ARGS:-}
 [[ $steps == *" parity2 "* ]] && step parity2 python3 -m harness bench --arch sm90 --matrix parity,edges --out "$res/aa2" --no-progress --no-compare ${BENCH_ARGS:-}
