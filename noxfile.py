@@ -78,7 +78,7 @@ def tests(session: nox.Session) -> None:
     """
     _cpu_env(session, "test")
     args = session.posargs or ["-n", "2", "-m", "not slow", "--durations=10",
-                               "tests/unit", "tests/gpu"]
+                               "tests/unit", "tests/gpu", "examples/plugins/tests"]
     session.run("python", "-m", "pytest", *args)
 
 
@@ -110,7 +110,7 @@ def lint(session: nox.Session) -> None:
     """ruff, then the layer contracts of pyproject.toml's [tool.importlinter] (lint-imports
     reads the package from this directory: no project install, no torch needed)."""
     session.install("ruff>=0.6", "import-linter>=2.1")
-    session.run("ruff", "check", "harness", "tests", "scripts", "noxfile.py")
+    session.run("ruff", "check", "harness", "tests", "scripts", "examples", "noxfile.py")
     session.run("lint-imports")
 
 

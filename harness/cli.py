@@ -21,6 +21,7 @@ from .commands import (
     history,
     job,
     merge,
+    paths,
     ppl,
     report,
     study,
@@ -29,8 +30,8 @@ from .errors import EXPECTED_ERRORS, one_line
 
 #: The command modules, in the order ``harness --help`` lists them. A new command = one
 #: module with ``register(sub)`` and ``run(args)``, and one entry here.
-COMMANDS = (cases, bench, job, ppl, report, merge, compare, history, bisect, baseline, study,
-            build)
+COMMANDS = (cases, paths, bench, job, ppl, report, merge, compare, history, bisect, baseline,
+            study, build)
 
 
 def build_parser() -> argparse.ArgumentParser:

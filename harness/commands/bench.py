@@ -30,8 +30,8 @@ from ..errors import EXIT_WRONG_RUNNER, worst_exit
 from ..reports.devices import device_spread_lines
 from ..results.environment import STRICT_ENV_HELP
 from . import bench_shard
-from .common import gate_against_baseline, plain
-from .plugins import load_plugins
+from .common import gate_against_baseline, plain, refuse_early
+from .plugins import load_plugins, peer_plugin_lines
 
 ARCH_HELP = "expected GPU arch, e.g. sm90; on a different GPU: skip (exit 0) unless --force"
 
@@ -175,7 +175,13 @@ def run(args: argparse.Namespace) -> int:
     modes = _modes(args, device)
     matrices = _split(args.matrix) or (["smoke"] if device.type == "cpu" else ["production"])
     plugins = load_plugins(args.plugin, registry_load.load_all)   # may add paths and matrices
+    for line in peer_plugin_lines("harness bench"):
+        print(line)
     cases = {m: MATRICES.cases(m, args.filter) for m in matrices}
+    for m, selected in cases.items():   # a typo in a CI job's filter must not pass green
+        if not selected:
+            raise ValueError(f"--filter {args.filter!r} selects no case of matrix {m!r} "
+                             f"(`harness cases --matrix {m}` lists them)")
     paths = _load_paths(base.PATHS, _split(args.paths))
     if device.type == "cpu":
         torch.set_num_threads(max(1, args.cpu_threads))
@@ -192,7 +198,10 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
         partial=bool(args.filter or args.paths or args.mode),
         extra={"filter": args.filter or "", "cpu_threads": torch.get_num_threads(),
-               "plugins": plugins})
+               "plugins": plugins, "entry_points": registry_load.load_entry_points()})
+    if not args.no_compare:    # a baseline that would refuse the run refuses it now
+        refuse_early(matrices, baselines=args.baselines, arch=actual, env=bench.env_record(),
+                     measured=bench.measured(), strict_env=args.strict_env)
     t0 = time.perf_counter()
     with _terminate_cleanly(bench.run_dir()):
         for rep in range(1, args.repeat + 1):

@@ -27,8 +27,8 @@ from ..results.baseline import (
     write_baseline_matrix,
 )
 from ..results.environment import Environment, warning_lines, with_env_warnings
-from ..results.models import matrix_dir, model_dir
-from ..results.schema import ResultRow
+from ..results.models import has_matrix, load_for_model, matrix_dir, model_dir
+from ..results.schema import ResultRow, SchemaError
 from ..results.store import Run
 
 
@@ -109,6 +109,23 @@ def gate_against_baseline(
     counts = {str(k): n for k, n in result.counts().items() if n}
     echo(f"{command}: gate {matrix} vs {bdir}: {counts}; exit {result.exit_code}")
     return result.exit_code
+
+
+def refuse_early(matrices: Sequence[str], *, baselines: str | Path, arch: str,
+                 env: Environment, measured: Mapping, strict_env: bool = False) -> None:
+    """Apply the environment policy to each matrix's baseline before anything is measured:
+    a setting, arch or switch the gate would refuse afterwards (``--preset strict`` against
+    the default-preset baselines, say) raises ``IncompatibleBaselineError`` now, one line,
+    exit 2, instead of after the whole run. Matrices without a baseline pass, and so does
+    one whose files cannot be read (the gate names it after measuring: the rows are kept)."""
+    for matrix in matrices:
+        if not has_matrix(baselines, arch, env.gpu_name, matrix):
+            continue
+        try:
+            base = load_for_model(baselines, arch, env.gpu_name, [matrix])
+        except (SchemaError, OSError):
+            continue
+        check_baseline_gate(base, env, measured, strict=strict_env)
 
 
 def first_run_on_model(command: str, run_dir: Path, baselines: str | Path, arch: str,

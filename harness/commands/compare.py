@@ -15,7 +15,9 @@ processes no number of rounds could confirm a 5% slowdown. AMBIGUOUS rows left a
 that get one more interleaved round, restricted to their rows. The gating of the two sets
 is ``harness.reports.comparison.compare_runs``; this module only measures.
 
-Writes CSV, HTML and Markdown to ``--out`` (default ``results/compare/<A>_vs_<B>``);
+Writes CSV, HTML and Markdown to ``--out`` (default ``results/compare/<A>_vs_<B>``, or
+``<A>_vs_<B>-2``, ``-3`` ... where an earlier comparison is; an ``--out`` that holds one is
+refused: a comparison never replaces another's files);
 exit 0 when nothing regressed, 1 on a failing verdict, 2 on bad input or a refused
 comparison.
 
@@ -97,10 +99,27 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", "-".join(parts))
 
 
+def fresh_out(args: argparse.Namespace) -> Path:
+    """Where this comparison's files go, never over an earlier comparison's: ``--out`` when
+    it holds none (else a one-line refusal naming it), by default
+    ``results/compare/<A>_vs_<B>``, or the first ``-2``, ``-3`` ... beside it that is free."""
+    if args.out:
+        out = Path(args.out)
+        if (out / "compare.csv").exists():
+            raise ValueError(f"--out {out} holds an earlier comparison (compare.csv); name "
+                             "another folder or remove it")
+        return out
+    first = Path("results") / "compare" / f"{_slug(args.a)}_vs_{_slug(args.b)}"
+    out, n = first, 1
+    while (out / "compare.csv").exists():
+        n += 1
+        out = first.with_name(f"{first.name}-{n}")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    out = (Path(args.out) if args.out
-           else Path("results") / "compare" / f"{_slug(args.a)}_vs_{_slug(args.b)}")
+    out = fresh_out(args)
     outcome = compare(args.a, args.b, settings, work_dir=out, repo=Path(args.repo),
                       matrix=args.matrix, filter=args.filter, paths=csv_list(args.paths),
                       modes=csv_list(args.mode), rounds=args.rounds, strict_env=args.strict_env)

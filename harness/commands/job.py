@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from collections import Counter
@@ -266,8 +267,7 @@ def run(args: argparse.Namespace) -> int:
              "seconds": {k: round(v, 1) for k, v in timing.items()},
              "bench_stages_s": {k: round(v, 1) for k, v in stages.items()},
              "steps": [r.__dict__ for r in results]}, indent=2) + "\n", encoding="utf-8")
-        print(f"harness job: reports of this run: harness report {run_dir} "
-              f"--baseline {args.baselines}")
+        print(f"harness job: reports of this run: {report_hint(run_dir, args.baselines)}")
     return worst
 
 
@@ -340,6 +340,21 @@ def time_line(timing: dict[str, float], stages: dict[str, float]) -> str:
             part += " [" + ", ".join(f"{s} {t:.0f}" for s, t in stages.items()) + "]"
         parts.append(part)
     return "harness job: time: " + ", ".join(parts)
+
+
+def report_hint(run_dir: Path, baselines: str) -> str:
+    """The report command for this run, in a form that works where it is printed: under
+    nox in a session's own virtualenv (``nox -s bench-cpu``), the ``report`` session (the
+    ``harness`` script lives in that venv, not on the shell's PATH); elsewhere this very
+    interpreter's module form (``python3 -m harness``, from the checkout's root)."""
+    args = f"{run_dir} --baseline {baselines}"
+    in_nox_venv = (bool(os.environ.get("NOX_CURRENT_SESSION"))
+                   and Path(sys.prefix).parent.name == ".nox")   # not a python=False session
+    if in_nox_venv:
+        return f"nox -s report -- {args}"
+    python = shutil.which("python3")
+    same = python and os.path.realpath(python) == os.path.realpath(sys.executable)
+    return f"{'python3' if same else sys.executable} -m harness report {args}"
 
 
 def _run_dir(args, commit: str) -> Path | None:

@@ -45,8 +45,10 @@ Contract of the work:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,20 +247,39 @@ def int4_weight_bytes(K: int, N: int, groups: int, per_group_column_bytes: int) 
 
 
 class PathRegistry:
-    """Name -> path instance. Order of registration is the order of report columns."""
+    """Name -> path instance. Order of registration is the order of report columns.
+
+    Each path remembers where it came from (``origin``: ``built-in``, the entry point of an
+    installed plugin package, or a ``--plugin`` file), set by whoever loads it
+    (``registering_from``); ``harness paths`` lists them."""
 
     def __init__(self) -> None:
         self._paths: dict[str, GemmPath] = {}
+        self._origins: dict[str, str] = {}
+        self._from = "built-in"
+
+    @contextlib.contextmanager
+    def registering_from(self, origin: str) -> Iterator[None]:
+        """Paths registered (or replaced) inside the block come from ``origin``."""
+        before, self._from = self._from, origin
+        try:
+            yield
+        finally:
+            self._from = before
 
     def register(self, path: GemmPath) -> GemmPath:
+        if not isinstance(path, GemmPath):
+            raise TypeError(f"register() takes a GemmPath instance, got {type(path).__name__}")
         if not path.name:
             raise ValueError(f"{type(path).__name__} has no name")
         if path.name in self._paths:
-            raise ValueError(f"path {path.name!r} is registered twice")
+            raise ValueError(f"path {path.name!r} is registered twice (first by "
+                             f"{self._origins.get(path.name, '?')})")
         if path.role not in ("path", "peer"):
             raise ValueError(
                 f"path {path.name!r}: role must be 'path' or 'peer', got {path.role!r}")
         self._paths[path.name] = path
+        self._origins[path.name] = self._from
         return path
 
     def replace(self, name: str, path: GemmPath) -> GemmPath:
@@ -268,7 +289,14 @@ class PathRegistry:
         if path.name != name:
             raise ValueError(f"replace: the new path is named {path.name!r}, not {name!r}")
         self._paths[name] = path
+        self._origins[name] = f"{self._from}, wrapping {self._origins.get(name, '?')}"
         return old
+
+    def origin(self, name: str) -> str:
+        """Where the path ``name`` came from (``built-in``, ``entry point ...``, ``--plugin
+        FILE``)."""
+        self.get(name)
+        return self._origins.get(name, "built-in")
 
     def __contains__(self, name: object) -> bool:
         return name in self._paths

@@ -20,13 +20,13 @@ ENV = Environment(arch="sm90", gpu_name="NVIDIA H200", compute_capability="9.0")
 
 def test_every_command_module_registers_and_runs():
     names = set(cli.build_parser()._subparsers._group_actions[0].choices)
-    assert names == {"cases", "bench", "job", "ppl", "report", "merge", "compare", "history",
-                     "bisect", "baseline", "study", "build"}
+    assert names == {"cases", "paths", "bench", "job", "ppl", "report", "merge", "compare",
+                     "history", "bisect", "baseline", "study", "build"}
     for module in cli.COMMANDS:
         assert callable(module.register) and callable(module.run), module.__name__
 
 
-@pytest.mark.parametrize("command", ["cases", "bench", "job", "ppl", "report", "merge",
+@pytest.mark.parametrize("command", ["cases", "paths", "bench", "job", "ppl", "report", "merge",
                                      "compare", "history", "bisect", "baseline", "study",
                                      "build"])
 def test_help_of_each_command(command, capsys):
@@ -91,3 +91,25 @@ def test_expected_errors_are_one_line_exit_2(exc, monkeypatch, capsys):
 def _with_func(parser, func):
     parser._subparsers._group_actions[0].choices["cases"].set_defaults(func=func)
     return parser
+
+
+def test_harness_paths_lists_every_path_with_its_origin(capsys, tmp_path, monkeypatch):
+    from harness.kernels.base import PATHS
+    from harness.kernels.registry_load import load_all
+
+    load_all()
+    monkeypatch.setattr(PATHS, "_paths", dict(PATHS._paths))   # the plugin's path stays here
+    plugin = tmp_path / "extra.py"
+    plugin.write_text(
+        "from harness.kernels.base import PATHS\n"
+        "from harness.kernels.fp16_cache import Fp16CachePath\n"
+        "class Extra(Fp16CachePath):\n"
+        "    name = 'extra_peer'\n"
+        "    role = 'peer'\n"
+        "PATHS.register(Extra())\n")
+    assert cli.main(["paths", "--cpu", "--plugin", str(plugin)]) == 0
+    out = capsys.readouterr().out
+    for name in ("native_int4", "fp16_cache", "marlin_asym", "tinygemm", "extra_peer"):
+        assert name in out
+    assert "--plugin" in out and "built-in" in out
+    assert PATHS.origin("extra_peer") == f"--plugin {plugin}"

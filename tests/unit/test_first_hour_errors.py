@@ -87,3 +87,59 @@ def test_a_build_directory_that_cannot_be_created(tmp_path, monkeypatch):
     assert isinstance(exc.value, HarnessError) and "\n" not in msg
     assert "cannot be created" in msg and "HARNESS_BUILD_DIR" in msg and str(blocker) in msg
     assert blocker.read_text() == "not a directory\n"
+
+
+# ---------------------------------------------------------- issue 38: the first hour's traps
+def test_a_filter_that_selects_nothing_is_an_error(tmp_path, capsys):
+    """A typo in a CI job's filter used to end `PASS: no rows`, exit 0."""
+    args = [a if a != "M == 1" else "M == 12345" for a in SMOKE]
+    assert main(args + ["--out", str(tmp_path / "r")]) == 2
+    _one_line_error(capsys, "--filter 'M == 12345' selects no case of matrix 'smoke'")
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").rglob("*.csv"))
+
+
+def test_settings_the_baseline_refuses_are_refused_before_measuring(tmp_path, capsys):
+    """--preset strict against the committed CPU baselines measured everything, then
+    refused; now it refuses first and writes no row."""
+    args = [a for a in SMOKE if a != "--no-compare"]
+    assert main(args + ["--preset", "strict", "--out", str(tmp_path / "r")]) == 2
+    _one_line_error(capsys, "refusing to compare against this baseline", "differs")
+    assert not list((tmp_path / "r").rglob("*.csv"))
+
+
+@pytest.mark.parametrize("body, words", [
+    ("def broken(:\n", ["SyntaxError", "line 1"]),
+    ("from harness.kernels.base import PATHS\nPATHS.register(object())\n",
+     ["TypeError", "GemmPath instance"]),
+    ("raise RuntimeError('needs a GPU library')\n", ["RuntimeError", "needs a GPU library"]),
+])
+def test_a_plugin_that_fails_is_one_line_naming_it(tmp_path, capsys, body, words):
+    plugin = tmp_path / "my_path.py"
+    plugin.write_text(body)
+    assert main(SMOKE + ["--out", str(tmp_path / "r"), "--plugin", str(plugin)]) == 2
+    _one_line_error(capsys, f"plugin --plugin {plugin} failed to load", *words)
+
+
+def test_compare_never_replaces_an_earlier_comparison(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(SMOKE + ["--out", "r"]) == 0
+    [run] = list((tmp_path / "r").glob("*/cpu"))
+    for _ in range(2):
+        assert main(["compare", str(run), str(run)]) == 0
+    first = tmp_path / "results" / "compare"
+    names = sorted(p.name for p in first.iterdir())
+    assert len(names) == 2 and names[1] == names[0] + "-2"
+    capsys.readouterr()
+    assert main(["compare", str(run), str(run), "--out", str(first / names[0])]) == 2
+    _one_line_error(capsys, "holds an earlier comparison")
+
+
+def test_the_report_hint_works_where_it_is_printed(monkeypatch, tmp_path):
+    from harness.commands.job import report_hint
+
+    monkeypatch.delenv("NOX_CURRENT_SESSION", raising=False)
+    hint = report_hint(tmp_path / "run", "baselines")
+    assert " -m harness report " in hint and hint.endswith("--baseline baselines")
+    monkeypatch.setenv("NOX_CURRENT_SESSION", "bench-cpu")
+    monkeypatch.setattr("sys.prefix", str(tmp_path / ".nox" / "bench-cpu"))
+    assert report_hint(tmp_path / "run", "baselines").startswith("nox -s report -- ")
