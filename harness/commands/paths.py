@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .common import plain
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     for col in ("path", "role", "origin", "devices", "here", "description"):
         table.add_column(col, overflow="fold")
     for r in rows:
-        table.add_row(*(r[c] for c in ("path", "role", "origin", "devices", "here",
-                                       "description")))
+        table.add_row(*(escape(r[c]) for c in ("path", "role", "origin", "devices", "here",
+                                               "description")))
     Console(width=200, file=sys.stdout).print(table)
     return 0
