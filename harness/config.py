@@ -15,13 +15,10 @@ presets (tests/unit/test_config.py keeps the two equal). A new preset is one
 file's table of that preset, ``PRESET_OVERRIDES`` of that preset, the file's ``default``
 table, the packaged default.
 
-Where the table is read from, first hit wins:
-  1. ``load_settings(pyproject=PATH)``;
-  2. the ``pyproject.toml`` next to the ``harness`` package (the repository or git
-     worktree it was imported from) when it has a ``[tool.harness]`` table;
-  3. the nearest ``pyproject.toml`` with a ``[tool.harness]`` table from the current
-     directory upwards;
-  4. the packaged defaults (an installed wheel has no pyproject).
+Where the table is read from, first hit wins: ``load_settings(pyproject=PATH)``; the
+``pyproject.toml`` next to the ``harness`` package (its repository or worktree) with a
+``[tool.harness]`` table; the nearest such file from the current directory upwards; the
+packaged defaults (an installed wheel has no pyproject).
 
 Torch-free, like everything ``harness.reports`` imports.
 """
@@ -101,6 +98,12 @@ class Settings:
         4, "another GPU model than the baseline's: rows per class (path, mode, M bucket) "
         "measured on the runner at the baseline's commit for the machine factor", low=1,
         high=10000, stored_default=4)
+    policy_min_lead: float = _setting(
+        0.02, "dispatch policy: a class's winner must lead by this, outside its bootstrap "
+        "interval, else the class is a tie", stored_default=0.02)
+    fail_on_winner_change: int = _setting(
+        0, "1: WINNER_CHANGED (a class's fastest correct path changed) fails; 0: reported",
+        high=1, stored_default=0)
     ppl_drift_tolerance: float = _setting(
         0.01, "relative perplexity drift allowed against the baseline")
     warmup_ms: float = _setting(

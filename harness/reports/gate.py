@@ -53,8 +53,19 @@ from dataclasses import replace
 
 from ..config import Settings
 from ..results.schema import Key, ResultRow
+from .policy import with_winner_changes
 from .stats import speed_call
-from .verdicts import FAILING, RANK, GateResult, Remeasure, RowVerdict, Verdict
+from .verdicts import (  # noqa: F401  (HOST_PACED_MODES, row_fails: re-exported)
+    FAILING,
+    HOST_PACED_MODES,
+    RANK,
+    GateResult,
+    Remeasure,
+    RowVerdict,
+    Verdict,
+    _speed_is_information,
+    row_fails,
+)
 
 
 def is_marlin_path(name: str) -> bool:
@@ -70,27 +81,6 @@ def dispatched_marlin(row: ResultRow) -> bool:
     if row.dispatch_marlin is not None:
         return bool(row.dispatch_marlin)
     return is_marlin_path(row.dispatch_path)
-
-
-#: Timing modes whose speed is information unless ``gate_eager_speed`` = 1: eager GPU
-#: batches (``cold``), CPU stand-ins (``cpu``) and the perplexity model's end-to-end
-#: forward (``model``: hundreds of eagerly launched kernels per forward, paced by the
-#: host; on two fresh H200s the same code's forwards differed by 1-6%, the fp32 reference
-#: included, which no commit touches). Graph-mode rows gate speed.
-HOST_PACED_MODES = ("cold", "cpu", "model")
-
-
-def _speed_is_information(verdict: Verdict, mode: str, settings: Settings) -> bool:
-    """A SLOWER in a host-paced mode (``HOST_PACED_MODES``) without ``gate_eager_speed``."""
-    return (verdict == Verdict.SLOWER and mode in HOST_PACED_MODES
-            and not settings.gate_eager_speed)
-
-
-def row_fails(verdict: Verdict, role: str, mode: str, settings: Settings) -> bool:
-    """Whether a row with ``verdict`` fails the gate: a ``FAILING`` verdict on a path's row
-    (never a peer's), except a SLOWER whose speed is information (``HOST_PACED_MODES``)."""
-    return (verdict in FAILING and role != "peer"
-            and not _speed_is_information(verdict, mode, settings))
 
 
 def _accuracy_problems(cur: ResultRow, base: ResultRow | None, s: Settings) -> list[str]:
@@ -359,6 +349,8 @@ def evaluate(
     elif ambiguous:
         notes.append(f"{len(ambiguous)} ambiguous or SLOWER row(s) not re-measured "
                      "(no re-measure hook)")
+    if not timing_reason:     # another GPU model's winners are its own, not a change
+        verdicts = with_winner_changes(verdicts, settings)
     ordered = sorted(verdicts.values(), key=_order)
     return GateResult(tuple(ordered), settings, current_label=current_label,
                       baseline_label=baseline_label, has_baseline=bool(baseline),

@@ -34,7 +34,7 @@ VERDICT_COLOURS = {
     Verdict.LESS_ACCURATE: "#f7c6a3", Verdict.NONDETERMINISTIC: "#f4b6d2",
     Verdict.MISSING: "#e8c4f0", Verdict.ERROR: "#e89090", Verdict.AMBIGUOUS: "#fbe7a1",
     Verdict.FASTER: "#c6efce", Verdict.NEW: "#d6e6fa", Verdict.SAME: "#f2f2f2",
-    Verdict.TIMING_NOT_COMPARABLE: "#e4e4e4",
+    Verdict.TIMING_NOT_COMPARABLE: "#e4e4e4", Verdict.WINNER_CHANGED: "#cfe3f7",
 }
 
 CSS = """

@@ -27,6 +27,7 @@ class Verdict(str, Enum):
     LESS_ACCURATE = "LESS_ACCURATE"
     NONDETERMINISTIC = "NONDETERMINISTIC"
     LOST_DISPATCH = "LOST_DISPATCH"
+    WINNER_CHANGED = "WINNER_CHANGED"
     NEW = "NEW"
     MISSING = "MISSING"
     ERROR = "ERROR"
@@ -35,14 +36,39 @@ class Verdict(str, Enum):
         return self.value
 
 
+#: WINNER_CHANGED fails only with ``fail_on_winner_change`` (``reports.gate.row_fails``).
 FAILING = frozenset({Verdict.SLOWER, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
                      Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH, Verdict.MISSING,
-                     Verdict.ERROR})
+                     Verdict.ERROR, Verdict.WINNER_CHANGED})
 PRIORITY = (Verdict.ERROR, Verdict.MISSING, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
              Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH,
-             Verdict.SLOWER, Verdict.AMBIGUOUS, Verdict.FASTER, Verdict.TIMING_NOT_COMPARABLE,
-             Verdict.NEW, Verdict.SAME)
+             Verdict.SLOWER, Verdict.WINNER_CHANGED, Verdict.AMBIGUOUS, Verdict.FASTER,
+             Verdict.TIMING_NOT_COMPARABLE, Verdict.NEW, Verdict.SAME)
 RANK = {v: i for i, v in enumerate(PRIORITY)}
+
+#: Timing modes whose speed is information unless ``gate_eager_speed`` = 1: eager GPU
+#: batches (``cold``), CPU stand-ins (``cpu``) and the perplexity model's end-to-end
+#: forward (``model``: hundreds of eagerly launched kernels per forward, paced by the
+#: host; on two fresh H200s the same code's forwards differed by 1-6%, the fp32 reference
+#: included, which no commit touches). Graph-mode rows gate speed.
+HOST_PACED_MODES = ("cold", "cpu", "model")
+
+
+def _speed_is_information(verdict: Verdict, mode: str, settings: Settings) -> bool:
+    """A SLOWER in a host-paced mode (``HOST_PACED_MODES``) without ``gate_eager_speed``."""
+    return (verdict == Verdict.SLOWER and mode in HOST_PACED_MODES
+            and not settings.gate_eager_speed)
+
+
+def row_fails(verdict: Verdict, role: str, mode: str, settings: Settings) -> bool:
+    """Whether a row with ``verdict`` fails the gate: a ``FAILING`` verdict on a path's row
+    (never a peer's), except a SLOWER whose speed is information (``HOST_PACED_MODES``)
+    and a WINNER_CHANGED without ``fail_on_winner_change``."""
+    if verdict == Verdict.WINNER_CHANGED and not settings.fail_on_winner_change:
+        return False
+    return (verdict in FAILING and role != "peer"
+            and not _speed_is_information(verdict, mode, settings))
+
 
 #: One line per verdict, for the reports' glossary (docs/measurement.md section 8 in full).
 MEANINGS: dict[Verdict, str] = {
@@ -58,6 +84,10 @@ MEANINGS: dict[Verdict, str] = {
     Verdict.LOST_DISPATCH: "the dispatcher chose a Marlin path in the baseline and does not now",
     Verdict.SLOWER: "the median moved up beyond max(min_effect, the row's noise margin), "
                     "significantly, confirmed by a second measurement (fails in graph mode)",
+    Verdict.WINNER_CHANGED: "this path is now the fastest correct path of its shape class, "
+                            "where another led outside the noise in the baseline: the "
+                            "dispatch policy's winner changed (fails with "
+                            "fail_on_winner_change = 1)",
     Verdict.AMBIGUOUS: "a large move the samples cannot confirm (does not fail)",
     Verdict.FASTER: "the mirror of SLOWER (does not fail)",
     Verdict.TIMING_NOT_COMPARABLE: "the two sides ran on different GPU models of one arch: the "
