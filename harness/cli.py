@@ -22,6 +22,7 @@ from .commands import (
     job,
     merge,
     paths,
+    policy,
     ppl,
     report,
     study,
@@ -30,8 +31,8 @@ from .errors import EXPECTED_ERRORS, one_line
 
 #: The command modules, in the order ``harness --help`` lists them. A new command = one
 #: module with ``register(sub)`` and ``run(args)``, and one entry here.
-COMMANDS = (cases, paths, bench, job, ppl, report, merge, compare, history, bisect, baseline,
-            study, build)
+COMMANDS = (cases, paths, bench, job, ppl, report, merge, compare, history, bisect, policy,
+            baseline, study, build)
 
 
 def build_parser() -> argparse.ArgumentParser:

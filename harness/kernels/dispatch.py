@@ -21,10 +21,18 @@ settings)`` decide from them alone. It imports no path module: what it knows of 
 ``harness.kernels.marlin.facts`` (the launcher's status model, the -1 translation, the
 packer's shape limits). ``harness.kernels.quant_gemm.QuantGemm`` executes a decision with
 the real paths.
+
+Policy dispatch: with ``HARNESS_DISPATCH_POLICY=policy/sm90.json`` (or
+``DispatchSettings.policy``) the model dispatches by a measured policy (``harness
+policy``, ``results.policy_file``): the class of the case's shape and M names the path
+(its decision in the rows' ``fallback_reason``: ``policy: winner of N=... M<=16, lead
++12.0%``); a shape the policy has no class for, or whose runs disagree, keeps the rules. A
+policy of another arch or GPU model is refused in one line.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, replace
 
@@ -32,13 +40,14 @@ import torch
 
 from harness.cases.case import GemmCase
 from harness.cases.data import QuantizedWeight
+from harness.results.policy_file import Policy, PolicyError, read_policy
 
 from .base import PAIR_KIND
 from .marlin.facts import expected_marlin_rc, marlin_groupsize_for, packable, rc_meaning
 
 __all__ = [
-    "FUSED_NAME", "FUSED_REASON", "HOPPER", "MARLIN_ENV", "PATH_FP16", "PATH_MARLIN",
-    "PATH_NATIVE", "SM90_ENV", "TINYLOOP_MARLIN_ARCHS", "Decision", "DispatchEnv",
+    "FUSED_NAME", "FUSED_REASON", "HOPPER", "MARLIN_ENV", "PATH_FP16", "PATH_MARLIN", "POLICY_ENV",
+    "PATH_NATIVE", "SM90_ENV", "TINYLOOP_MARLIN_ARCHS", "Decision", "DispatchEnv", "by_policy",
     "DispatchSettings", "WeightTraits", "decide", "decide_case", "decide_for_case",
     "expected_marlin_rc", "marlin_arch_reason", "marlin_failures", "marlin_groupsize_for",
     "packable", "rc_meaning", "set_marlin_dispatch",
@@ -46,6 +55,8 @@ __all__ = [
 
 MARLIN_ENV = "TINYLOOP_USE_MARLIN"
 SM90_ENV = "HARNESS_MARLIN_SM90"
+#: A policy file (``harness policy``): the dispatcher model dispatches by it.
+POLICY_ENV = "HARNESS_DISPATCH_POLICY"
 TINYLOOP_MARLIN_ARCHS: tuple[tuple[int, int], ...] = ((8, 0), (8, 6), (8, 9))
 HOPPER = (9, 0)
 PATH_FP16, PATH_MARLIN, PATH_NATIVE = "fp16_cache", "marlin_asym", "native_int4"
@@ -77,6 +88,9 @@ class DispatchSettings:
     translate_per_row: bool = True      # False: TinyLoop's first defect (groupsize K, rc 2)
     min_bt: int = 16
     tile: int = 128
+    #: dispatch by a measured policy (``harness policy``) instead of the rules; None: read
+    #: ``HARNESS_DISPATCH_POLICY`` (a policy file) when resolved
+    policy: Policy | None = None
 
     def enabled(self) -> bool:
         if self.marlin_enabled is not None:
@@ -90,7 +104,8 @@ class DispatchSettings:
 
     def resolved(self) -> DispatchSettings:
         """These settings with every environment-dependent field read now."""
-        return replace(self, marlin_enabled=self.enabled(), allow_sm90=self.sm90_allowed())
+        return replace(self, marlin_enabled=self.enabled(), allow_sm90=self.sm90_allowed(),
+                       policy=self.policy or env_policy())
 
     def archs(self) -> tuple[tuple[int, int], ...]:
         extra = (HOPPER,) if self.sm90_allowed() and HOPPER not in self.marlin_archs else ()
@@ -115,8 +130,15 @@ class DispatchEnv:
     @classmethod
     def detect(cls, device: torch.device, settings: DispatchSettings | None = None,
                marlin_reason: str | None = None) -> DispatchEnv:
-        """The facts of ``device`` and this process's environment, read once."""
-        return cls(_capability(device), (settings or DispatchSettings()).resolved(), marlin_reason)
+        """The facts of ``device`` and this process's environment, read once; a dispatch
+        policy of another arch or GPU model is refused here (``PolicyError``, one line)."""
+        resolved = (settings or DispatchSettings()).resolved()
+        cap = _capability(device)
+        if resolved.policy is not None:
+            arch = f"sm{cap[0]}{cap[1]}" if cap else "cpu"
+            name = torch.cuda.get_device_name(device) if cap else "cpu"
+            resolved.policy.check_device(arch, name, source=f"dispatch policy ({POLICY_ENV})")
+        return cls(cap, resolved, marlin_reason)
 
 
 @dataclass(frozen=True)
@@ -146,10 +168,11 @@ class Decision:
     marlin_groupsize: int | None = None
     failed: tuple[str, ...] = ()
     arch_note: str = ""
+    policy: str = ""          # dispatched by a policy: which class and decision, or why not
 
     @property
     def fallback_reason(self) -> str:
-        return "; ".join(self.failed)
+        return "; ".join((*self.failed, self.policy) if self.policy else self.failed)
 
 
 def marlin_arch_reason(capability: tuple[int, int] | None,
@@ -225,10 +248,43 @@ def decide_case(case: GemmCase, env: DispatchEnv) -> Decision:
     if d.path == PATH_MARLIN:
         rc = expected_marlin_rc(case.M, case.N, case.K, d.marlin_groupsize)
         if rc:
-            return Decision(PATH_NATIVE, d.marlin_groupsize,
-                            (f"Marlin returned rc={rc} (predicted: {rc_meaning(rc)})",),
-                            d.arch_note)
-    return d
+            d = Decision(PATH_NATIVE, d.marlin_groupsize,
+                         (f"Marlin returned rc={rc} (predicted: {rc_meaning(rc)})",),
+                         d.arch_note)
+    return by_policy(case, d, env.settings.policy)
+
+
+def by_policy(case: GemmCase, rules: Decision, policy: Policy | None) -> Decision:
+    """The policy's path for ``case`` where it names one (a class of the case's shape and
+    M bucket, decided ``winner`` or ``tie``); else the rules' decision, saying why."""
+    if policy is None:
+        return rules
+    c = policy.lookup(case.kind, case.N, case.K, case.group_size, case.M)
+    if c is None or not c.path:
+        why = ("no class of this shape" if c is None
+               else "its runs disagree" if c.decision == "disagree" else "no correct path")
+        return replace(rules, policy=f"policy: {why}; the rules decide")
+    lead = f", lead {c.lead:+.1%}" if c.lead == c.lead and c.lead != float("inf") else ""
+    gs = marlin_groupsize_for(case.group_size, case.K, True) if c.path == PATH_MARLIN else None
+    return Decision(c.path, gs, (), rules.arch_note,
+                    policy=f"policy: {c.decision} of {c.label}{lead}")
+
+
+def env_policy() -> Policy | None:
+    """The policy ``HARNESS_DISPATCH_POLICY`` names, or None (read once per file version)."""
+    path = os.environ.get(POLICY_ENV, "").strip()
+    if not path:
+        return None
+    try:
+        stamp = os.stat(path).st_mtime_ns
+    except OSError:
+        raise PolicyError(f"{POLICY_ENV}={path}: no such policy file") from None
+    return _read_policy(path, stamp)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_policy(path: str, stamp: int) -> Policy:
+    return read_policy(path)
 
 
 def decide_for_case(case: GemmCase, device: torch.device,

@@ -14,6 +14,7 @@ guessed.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import platform
@@ -249,6 +250,18 @@ def environment(device: torch.device | str) -> dict:
     # The dispatcher model's switches change the dispatch_path column: record them.
     for var in ("TINYLOOP_USE_MARLIN", "HARNESS_MARLIN_SM90", "HARNESS_MARLIN_PROVIDER"):
         env[var.lower()] = os.environ.get(var, "")
+    env["harness_dispatch_policy"] = _policy_stamp(os.environ.get("HARNESS_DISPATCH_POLICY", ""))
     env["date"] = datetime.now(timezone.utc).replace(microsecond=0).isoformat()
     env["notes"] = "; ".join(notes)
     return env
+
+
+def _policy_stamp(path: str) -> str:
+    """A dispatch policy file as the environment records it: its content's SHA-256 (12
+    hex digits), never its path on this machine; "" when none is set or it is unreadable."""
+    if not path.strip():
+        return ""
+    try:
+        return "sha256:" + hashlib.sha256(open(path, "rb").read()).hexdigest()[:12]
+    except OSError:
+        return ""

@@ -3,9 +3,11 @@ rule the data supports on this GPU, next to what the dispatcher model chose.
 
 A path is a candidate for a (shape, M, mode) when its row has ``role == "path"``
 (TinyLoop ships it), ``status == "ok"``, a finite time and a finite ``rel_err`` within
-``settings.rel_err_gate``. Peers (tinygemm, cuBLAS, fused-zero Marlin) are reported in
-their own column. ``fp16_cache_wins`` says whether the FP16 body cache is the winner (the
-seed expects it on Hopper); ``is_fp16_cache_path`` decides which path that is.
+the accuracy gate: ``settings.rel_err_gate``, or the path's documented bound for the case
+(``rel_err_bound``, e.g. Marlin's per-column rows), as the gate judges it. Peers
+(tinygemm, cuBLAS, fused-zero Marlin) are reported in their own column.
+``fp16_cache_wins`` says whether the FP16 body cache is the winner (the seed expects it on
+Hopper); ``is_fp16_cache_path`` decides which path that is.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def _correct(r: ResultRow, gate: float) -> str | None:
         return "no timing"
     if not math.isfinite(r.rel_err):
         return "accuracy not measured"
-    if r.rel_err > gate or r.nonfinite > 0:
+    bound = max(gate, r.rel_err_bound) if math.isfinite(r.rel_err_bound) else gate
+    if r.rel_err > bound or r.nonfinite > 0:
         return f"rel_err {r.rel_err:.2g}" if r.nonfinite == 0 else "non-finite output"
     return None
 

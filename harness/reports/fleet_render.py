@@ -35,7 +35,7 @@ from .fleet import (
     winners_frame,
 )
 from .html_report import CSS, VERDICT_COLOURS, _badges, _styled_table, _verdict_frame
-from .markdown import _md_row, _md_table, summary_line
+from .markdown import _md_table, md_frame, summary_line
 from .render import append_step_summary
 from .verdicts import MEANINGS, STAND_IN_NOTE, Verdict, is_stand_in
 
@@ -184,17 +184,6 @@ nothing to compare over a pass.</p></section>
 
 # ---------------------------------------------------------------- Markdown
 
-def _md_frame(frame: pd.DataFrame, limit: int = 40) -> list[str]:
-    if frame.empty:
-        return ["_nothing to show_"]
-    cols = [str(c) for c in frame.columns]
-    out = [_md_row(cols), _md_row(("---",) * len(cols))]
-    out += [_md_row(tuple(str(v) for v in rec)) for rec in frame.head(limit).itertuples(False)]
-    if len(frame) > limit:
-        out.append(f"\n…and {len(frame) - limit} more (see index.html or merged.csv).")
-    return out
-
-
 def fleet_markdown(runs: Sequence[FleetRun], *, title: str = "INT4 GEMM fleet",
                    report_path: str = "", max_rows: int = 10) -> str:
     """The fleet's Markdown summary (a PR comment, ``$GITHUB_STEP_SUMMARY``)."""
@@ -202,19 +191,19 @@ def fleet_markdown(runs: Sequence[FleetRun], *, title: str = "INT4 GEMM fleet",
     icon = "✅" if code == EXIT_PASS else "⚠️" if code == EXIT_NO_BASELINE else "❌"
     lines = [f"### {title}: {icon} exit {code} ({EXIT_MEANINGS.get(code, 'an error')})", "",
              exit_line(runs), "", "**Machines**", ""]
-    lines += _md_frame(machines_frame(runs).drop(columns=["source"]))
+    lines += md_frame(machines_frame(runs).drop(columns=["source"]))
     lines += ["", "**Runs**", ""]
-    lines += _md_frame(pd.DataFrame(
+    lines += md_frame(pd.DataFrame(
         [{"run": r.label, "GPU model": r.environment.gpu_name,
           "verdicts from": r.verdicts_from, "speed judged": speed_judged(r),
           "exit": r.exit_code, "reason": r.reason}
          for g in by_arch(runs).values() for r in g]))
     lines += ["", "**Verdicts per arch, machine and path**", ""]
-    lines += _md_frame(summary_frame(runs).drop(columns=["machine"]), limit=60)
+    lines += md_frame(summary_frame(runs).drop(columns=["machine"]), limit=60)
     lines += ["", "**Which path wins where** (the fastest correct path per shape and M, each "
               "run's data side by side)", ""]
     rules = rules_frame(runs)
-    lines += _md_frame(rules) if len(rules.columns) > 1 else ["_no timed runs_"]
+    lines += md_frame(rules) if len(rules.columns) > 1 else ["_no timed runs_"]
     differs = winners_frame(runs)
     n_diff = int((differs["differs"] == "yes").sum()) if not differs.empty else 0
     lines += ["", f"The runs disagree on the winner at {n_diff} of {len(differs)} "

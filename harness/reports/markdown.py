@@ -20,7 +20,7 @@ from .verdicts import (
 
 _ICON = {Verdict.SLOWER: "🐢", Verdict.FASTER: "🚀", Verdict.WORSE_ACCURACY: "🎯",
          Verdict.LESS_ACCURATE: "📉", Verdict.NONDETERMINISTIC: "🎲", Verdict.LOST_DISPATCH: "↪️",
-         Verdict.MISSING: "❓", Verdict.ERROR: "💥",
+         Verdict.MISSING: "❓", Verdict.ERROR: "💥", Verdict.WINNER_CHANGED: "🔀",
          Verdict.AMBIGUOUS: "〰️", Verdict.TIMING_NOT_COMPARABLE: "⏱️", Verdict.NEW: "🆕",
          Verdict.SAME: "="}
 
@@ -82,6 +82,27 @@ def _md_row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
 
 
+def md_frame(frame, limit: int = 40,
+             more: str = "see index.html or merged.csv") -> list[str]:
+    """A pandas DataFrame as Markdown table lines (at most ``limit`` rows, then a line
+    saying how many more and where they are)."""
+    if frame.empty:
+        return ["_nothing to show_"]
+    cols = [str(c) for c in frame.columns]
+    out = [_md_row(cols), _md_row(("---",) * len(cols))]
+    out += [_md_row(tuple(_cell(v) for v in rec)) for rec in frame.head(limit).itertuples(False)]
+    if len(frame) > limit:
+        out.append(f"\n…and {len(frame) - limit} more ({more}).")
+    return out
+
+
+def _cell(v) -> str:
+    """A table cell: floats to two decimals (NaN as a dash), anything else as text."""
+    if isinstance(v, float):
+        return "—" if not math.isfinite(v) else f"{v:.2f}"
+    return str(v)
+
+
 def _md_table(rows: Sequence[RowVerdict], limit: int) -> list[str]:
     out = [_md_row(("verdict", "case", "path", "mode", "base µs", "now µs", "Δ time", "detail")),
            _md_row(("---",) * 8)]
@@ -123,6 +144,12 @@ def markdown_summary(
                  f"{s.rel_err_growth:.0%} or rms_ulp_p99 (ULPs at each output row's RMS) more than "
                  f"max({s.rms_ulp_slack:g} ULP, {s.rms_ulp_growth:.0%}) over the baseline's.")
     lines.append("")
+    changed = result.of(Verdict.WINNER_CHANGED)
+    if changed:                 # first: what the runtime's dispatch should now be
+        lines += [f"**Dispatch winner changed** ({len(changed)} class(es); "
+                  + ("failing: fail_on_winner_change = 1" if any(v.fails for v in changed)
+                     else "information") + ")", ""] + _md_table(changed, max_rows) + [""]
+    failed = [v for v in failed if v.verdict != Verdict.WINNER_CHANGED]
     if failed:
         lines += ["**Regressions**", ""] + _md_table(failed, max_rows) + [""]
     ambiguous = result.of(Verdict.AMBIGUOUS)

@@ -247,7 +247,8 @@ def timing_problem(base_env: Environment, cur_env: Environment, *, what: str = "
 
 #: The dispatcher model's switches as the environment records them (``envinfo``: the
 #: variable's value, "" when unset); a record without the key (older runs) is not compared.
-DISPATCH_SWITCHES = ("tinyloop_use_marlin", "harness_marlin_sm90", "harness_marlin_provider")
+DISPATCH_SWITCHES = ("tinyloop_use_marlin", "harness_marlin_sm90", "harness_marlin_provider",
+                     "harness_dispatch_policy")
 
 
 def environment_problems(

@@ -21,12 +21,13 @@ ENV = Environment(arch="sm90", gpu_name="NVIDIA H200", compute_capability="9.0")
 def test_every_command_module_registers_and_runs():
     names = set(cli.build_parser()._subparsers._group_actions[0].choices)
     assert names == {"cases", "paths", "bench", "job", "ppl", "report", "merge", "compare",
-                     "history", "bisect", "baseline", "study", "build"}
+                     "history", "bisect", "policy", "baseline", "study", "build"}
     for module in cli.COMMANDS:
         assert callable(module.register) and callable(module.run), module.__name__
 
 
-@pytest.mark.parametrize("command", ["cases", "paths", "bench", "job", "ppl", "report", "merge",
+@pytest.mark.parametrize("command", ["cases", "paths", "policy", "bench", "job", "ppl", "report",
+                                     "merge",
                                      "compare", "history", "bisect", "baseline", "study",
                                      "build"])
 def test_help_of_each_command(command, capsys):
