@@ -6,6 +6,7 @@ planted slowdown (for that class and no other)."""
 
 from __future__ import annotations
 
+import csv
 import tarfile
 from dataclasses import replace
 from pathlib import Path
@@ -192,3 +193,15 @@ def test_a_planted_slowdown_that_loses_a_class_reads_winner_changed(tmp_path, mo
     assert changed == {"M16-N256-K512-gK-s4|marlin_asym|cpu"}
     assert gate["M16-N256-K512-gK-s4|native_int4|cpu"] == "SLOWER"          # information
     assert main([*args, "--out", str(tmp_path / "r2"), "--set", "fail_on_winner_change=1"]) == 1
+    # that run's policy, then a run dispatched by it: the rows' dispatch column is the policy's
+    assert main(["policy", str(run), "--out", str(tmp_path / "pol"), "--matrix", "smoke"]) == 0
+    monkeypatch.setenv("HARNESS_DISPATCH_POLICY", str(tmp_path / "pol" / "cpu.json"))
+    assert main([*args[:-2], "--out", str(tmp_path / "r3"), "--no-compare"]) == 0
+    [run3] = list((tmp_path / "r3").glob("*/cpu"))
+    rows = {r["case_id"]: r for r in csv.DictReader(open(run3 / "smoke.csv"))
+            if r["path"] == "marlin_asym"}
+    assert rows["M16-N256-K512-gK-s4"]["dispatch_path"] == "marlin_asym"
+    assert rows["M1-N256-K256-g128-s4"]["dispatch_path"] == "native_int4"
+    assert "policy: winner of N=256 K=512 gK M<=16" in rows["M16-N256-K512-gK-s4"]["fallback_reason"]
+    env = read_meta(run3 / "smoke.json").environment
+    assert env.extra["harness_dispatch_policy"].startswith("sha256:")
