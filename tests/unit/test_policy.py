@@ -202,6 +202,7 @@ def test_a_planted_slowdown_that_loses_a_class_reads_winner_changed(tmp_path, mo
             if r["path"] == "marlin_asym"}
     assert rows["M16-N256-K512-gK-s4"]["dispatch_path"] == "marlin_asym"
     assert rows["M1-N256-K256-g128-s4"]["dispatch_path"] == "native_int4"
-    assert "policy: winner of N=256 K=512 gK M<=16" in rows["M16-N256-K512-gK-s4"]["fallback_reason"]
+    why = rows["M16-N256-K512-gK-s4"]["fallback_reason"]
+    assert "policy: winner of N=256 K=512 gK M<=16" in why
     env = read_meta(run3 / "smoke.json").environment
     assert env.extra["harness_dispatch_policy"].startswith("sha256:")
