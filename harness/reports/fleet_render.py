@@ -190,7 +190,14 @@ def fleet_markdown(runs: Sequence[FleetRun], *, title: str = "INT4 GEMM fleet",
     code = fleet_exit(runs)
     icon = "✅" if code == EXIT_PASS else "⚠️" if code == EXIT_NO_BASELINE else "❌"
     lines = [f"### {title}: {icon} exit {code} ({EXIT_MEANINGS.get(code, 'an error')})", "",
-             exit_line(runs), "", "**Machines**", ""]
+             exit_line(runs), ""]
+    changed = [(run, v) for run in runs for v in run.result.of(Verdict.WINNER_CHANGED)]
+    if changed:             # first: the dispatch a runtime should now make
+        lines += [f"**Dispatch winner changed** ({len(changed)} class(es) over the runs)", ""]
+        lines += [f"- {run.label}: `{v.case_id}` {v.mode}: {v.path} now leads "
+                  f"({v.reasons[0] if v.reasons else ''})" for run, v in changed[:max_rows]]
+        lines.append("")
+    lines += ["**Machines**", ""]
     lines += md_frame(machines_frame(runs).drop(columns=["source"]))
     lines += ["", "**Runs**", ""]
     lines += md_frame(pd.DataFrame(

@@ -192,6 +192,14 @@ def test_a_planted_slowdown_that_loses_a_class_reads_winner_changed(tmp_path, mo
     changed = {k for k, v in gate.items() if v == "WINNER_CHANGED"}
     assert changed == {"M16-N256-K512-gK-s4|marlin_asym|cpu"}
     assert gate["M16-N256-K512-gK-s4|native_int4|cpu"] == "SLOWER"          # information
+    # listed first in the Markdown a pull request shows (the fleet summary and the report's)
+    assert main(["merge", str(run), "--out", str(tmp_path / "fleet")]) == 0
+    md = (tmp_path / "fleet" / "summary.md").read_text()
+    assert md.index("**Dispatch winner changed** (1 class") < md.index("**Machines**")
+    assert main(["report", str(run), "--baseline", str(ROOT / "baselines"),
+                 "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert md.index("**Dispatch winner changed**") < md.index("Verdicts explained")
     assert main([*args, "--out", str(tmp_path / "r2"), "--set", "fail_on_winner_change=1"]) == 1
     # that run's policy, then a run dispatched by it: the rows' dispatch column is the policy's
     assert main(["policy", str(run), "--out", str(tmp_path / "pol"), "--matrix", "smoke"]) == 0
