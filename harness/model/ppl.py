@@ -37,6 +37,7 @@ from harness.results.schema import ResultRow
 from .fixture import FIXTURE_DIR, VARIANTS, Fixture, load_fixture
 from .quant_linear import (
     DISPATCH_MODES,
+    FLOAT,
     REFERENCE,
     DispatchReport,
     PathUnavailable,
@@ -52,7 +53,7 @@ CPU_BASELINE_TOLERANCE = 2e-4   # relative PPL; covers BLAS/thread-count roundin
 def default_modes() -> list[str]:
     """reference, every registered path, then dispatch and dispatch_pair (not dispatch_off:
     with Marlin off every call is native INT4, the same numbers as the native_int4 row)."""
-    return [m for m in known_modes() if m != "dispatch_off"]
+    return [m for m in known_modes() if m not in ("dispatch_off", FLOAT)]
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ class FixtureSubject:
         self.tags = f"fixture;{fixture.variant};trained-on-{fixture.trained_on}"
 
     def build(self, runtime: QuantRuntime):
+        if runtime.mode == FLOAT:
+            raise PathUnavailable("float: the fixture stores quantized weights only (its "
+                                  "reference is the exactly dequantized weights)")
         return self.fixture.model(runtime)
 
     def nll(self, model) -> tuple[float, int]:
@@ -149,10 +153,15 @@ def score_subject(subject, modes: Sequence[str], device: torch.device | str, *,
 
 
 def drifts(results: Sequence[PplResult]) -> dict[str, tuple[float, float]]:
-    """mode -> (drift vs native_int4, drift vs reference), NaN where a side is missing."""
+    """mode -> (drift vs native_int4, drift vs the reference), NaN where a side is missing.
+    The reference is the float model where the subject has one (``float``: a real model's
+    own weights), else ``reference`` (the exactly dequantized INT4 weights); the float row
+    itself has no drift vs native INT4 (it is not a quantized path)."""
     ok = {r.mode: r.ppl for r in results if r.status == "ok"}
-    nat, ref = ok.get("native_int4", math.nan), ok.get(REFERENCE, math.nan)
-    return {m: (p / nat - 1.0, p / ref - 1.0) for m, p in ok.items()}
+    nat = ok.get("native_int4", math.nan)
+    ref = ok.get(FLOAT, ok.get(REFERENCE, math.nan))
+    return {m: (math.nan if m == FLOAT else p / nat - 1.0, p / ref - 1.0)
+            for m, p in ok.items()}
 
 
 def format_result(r: PplResult) -> str:

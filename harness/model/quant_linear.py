@@ -44,6 +44,9 @@ from harness.kernels.swiglu_pair import FUSED_REASON, concat_n
 
 DISPATCH_MODES = ("dispatch", "dispatch_off", "dispatch_pair")
 REFERENCE = "reference"
+#: The subject's own float weights, nothing quantized (a real model's dequantized GGUF, a
+#: local HF model as loaded); a subject without float weights says it is unavailable.
+FLOAT = "float"
 CPU_MODEL_CAPABILITY = (8, 9)
 
 
@@ -52,8 +55,9 @@ class PathUnavailable(RuntimeError):
 
 
 def known_modes() -> list[str]:
-    """Every mode a runtime accepts: reference, the registered paths, the dispatch modes."""
-    return [REFERENCE, *load_all().names(), *DISPATCH_MODES]
+    """Every mode a runtime accepts: float, reference, the registered paths, the dispatch
+    modes."""
+    return [FLOAT, REFERENCE, *load_all().names(), *DISPATCH_MODES]
 
 
 @dataclass(frozen=True)
@@ -267,6 +271,8 @@ class QuantRuntime:
         self.records.clear()
 
     def implementation(self) -> str:
+        if self.mode == FLOAT:
+            return "the model's own float weights in fp32, nothing quantized"
         if self.mode == REFERENCE:
             return "fp32 torch matmul on the exactly dequantized weight (fp32 activations)"
         if self.path is not None:
