@@ -1,25 +1,19 @@
 """Harness settings: declared once here, picked and tuned in ``pyproject.toml``.
 
-Every setting is ONE field of ``Settings``, declared with ``_setting``: its type (the
-annotation), its value in the default preset, a one-line doc, its allowed range and, for
-a setting added after runs were first stored, ``stored_default`` (what a stored run whose
-json lacks the key was gated with). Derived from the fields: ``SPECS`` (one ``SettingSpec``
-per setting), ``SETTING_TYPES``, ``DEFAULT_PRESET``, the packaged presets, ``to_dict`` /
-``from_dict`` and every check of ``load_settings``. The other packaged presets are
-``PRESET_OVERRIDES``: the values where each differs from the default.
+Every setting is ONE field of ``Settings``, declared with ``_setting``: its type, its value
+in the default preset, a one-line doc, its range and, for a setting added after runs were
+first stored, ``stored_default`` (what a stored run lacking the key was gated with).
+Derived from the fields: ``SPECS``, ``SETTING_TYPES``, ``DEFAULT_PRESET``, the packaged
+presets (``PRESET_OVERRIDES``: where each differs), ``to_dict`` / ``from_dict``, the checks.
 
 Extension point: a new setting is one ``_setting`` field (plus its value in the presets of
 ``PRESET_OVERRIDES`` that differ) and the same key, with a comment, in ``pyproject.toml``'s
 presets (tests/unit/test_config.py keeps the two equal). A new preset is one
-``[tool.harness.presets.NAME]`` table. A preset's value of a key is, first hit wins: the
-file's table of that preset, ``PRESET_OVERRIDES`` of that preset, the file's ``default``
-table, the packaged default.
-
-Where the table is read from, first hit wins: ``load_settings(pyproject=PATH)``; the
-``pyproject.toml`` next to the ``harness`` package (its repository or worktree) with a
-``[tool.harness]`` table; the nearest such file from the current directory upwards; the
-packaged defaults (an installed wheel has no pyproject).
-
+``[tool.harness.presets.NAME]`` table. A preset's value of a key, first hit wins: that
+preset's table in the file, its ``PRESET_OVERRIDES``, the file's ``default``, the packaged
+default. The file, first hit wins: ``load_settings(pyproject=PATH)``; the ``pyproject.toml``
+beside the ``harness`` package (its repository or worktree) with a ``[tool.harness]``
+table; the nearest such file upwards from the current directory; the packaged defaults.
 Torch-free, like everything ``harness.reports`` imports.
 """
 
@@ -98,12 +92,10 @@ class Settings:
         4, "another GPU model than the baseline's: rows per class (path, mode, M bucket) "
         "measured on the runner at the baseline's commit for the machine factor", low=1,
         high=10000, stored_default=4)
-    policy_min_lead: float = _setting(
-        0.02, "dispatch policy: a class's winner must lead by this, outside its bootstrap "
-        "interval, else the class is a tie", stored_default=0.02)
-    fail_on_winner_change: int = _setting(
-        0, "1: WINNER_CHANGED (a class's fastest correct path changed) fails; 0: reported",
-        high=1, stored_default=0)
+    policy_min_lead: float = _setting(0.02, "dispatch policy: a class's winner leads by this, "
+                                      "its interval above 0, or it is a tie", stored_default=0.02)
+    fail_on_winner_change: int = _setting(0, "1: WINNER_CHANGED fails; 0: reported", high=1,
+                                          stored_default=0)
     ppl_drift_tolerance: float = _setting(
         0.01, "relative perplexity drift allowed against the baseline")
     warmup_ms: float = _setting(

@@ -12,10 +12,9 @@ and timing (``harness bench``'s and ``harness ppl``'s gate, ``harness report --b
   timing modes and, for CPU timing, the CPU threads); a side that records no environment
   at all (re-record it);
 * another GPU model of the same arch: refused by ``check_environment``; a gate compares
-  (``EnvCheck.timing_reason``): its timing rows become TIMING_NOT_COMPARABLE, never
-  SLOWER or FASTER, while accuracy, NaN, dispatch and determinism verdicts still hold
-  (they do not depend on the GPU model within an arch), and the difference leads the
-  warnings (refused with ``strict=True``);
+  (``EnvCheck.timing_reason``): timing rows TIMING_NOT_COMPARABLE (``harness job`` then
+  judges them on the runner, ``reports.projection``), accuracy, NaN, dispatch and
+  determinism verdicts hold; the difference leads the warnings (``strict`` refuses it);
 * warned (returned lines; refused with ``strict=True``, the commands' ``--strict-env``):
   another torch, CUDA, driver or optimum-quanto version, max SM clock or power limit
   (``WARNED_FACTS``).
@@ -73,8 +72,7 @@ class Environment:
     sm_clock_max_mhz: str = ""
     """The GPU's maximum SM clock in MHz (NVML ``nvmlDeviceGetMaxClockInfo``)."""
     sm_clock_app_mhz: str = ""
-    """The application SM clock in MHz the GPU was set to
-    (NVML ``nvmlDeviceGetApplicationsClock``)."""
+    """The application SM clock in MHz (NVML ``nvmlDeviceGetApplicationsClock``)."""
     sm_clock_default_mhz: str = ""
     """The default application SM clock in MHz (NVML ``nvmlDeviceGetDefaultApplicationsClock``)."""
     power_limit_w: str = ""
