@@ -11,6 +11,7 @@ check for a CUDA torch and install what is missing from a local wheelhouse
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -120,40 +121,76 @@ def lint(session: nox.Session) -> None:
     session.run("lint-imports")
 
 
-def _active_env(session: nox.Session, need_cuda: bool) -> tuple[int, int] | None:
-    """Check the active environment; install missing packages from the wheelhouse."""
-    # one interpreter for every probe: each fresh `import torch` costs seconds on a GPU host
+def _nvidia_smi_capability() -> tuple[int, int] | None | str:
+    """The first visible GPU's compute capability from ``nvidia-smi`` (well under a second;
+    ``import torch`` and its CUDA start took 10-20 s of every GPU session), None when the
+    driver lists no GPU, "unknown" when nvidia-smi cannot say (absent, too old, a GPU
+    chosen by UUID): the caller then asks torch."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible and not visible.isdigit():
+        return "unknown"
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader",
+                              *(["-i", visible] if visible else [])],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+    lines = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    if out.returncode != 0 or not lines:
+        return None if "No devices" in out.stdout + out.stderr else "unknown"
+    try:
+        major, minor = lines[0].split(".")
+        return int(major), int(minor)
+    except ValueError:
+        return "unknown"
+
+
+def _torch_capability() -> tuple[int, int] | None | str:
+    """The capability torch sees (the slow probe, one interpreter); "no-torch" when torch
+    does not import."""
     probe = subprocess.run(
-        [sys.executable, "-c",
-         "import torch\n"
-         "ok = torch.cuda.is_available()\n"
-         "try:\n    import optimum.quanto\n    q = 'quanto'\n"
-         "except Exception:\n    q = 'no-quanto'\n"
-         "print('%d %d' % torch.cuda.get_device_capability() if ok else 'none', "
-         "torch.__version__, q)"],
-        capture_output=True, text=True,
-    )
+        [sys.executable, "-c", "import torch\nok = torch.cuda.is_available()\n"
+         "print('%d %d' % torch.cuda.get_device_capability() if ok else 'none')"],
+        capture_output=True, text=True)
     if probe.returncode != 0:
+        return "no-torch"
+    text = probe.stdout.strip().splitlines()[-1].split()
+    return None if text == ["none"] else (int(text[0]), int(text[1]))
+
+
+def _active_env(session: nox.Session, need_cuda: bool) -> tuple[int, int] | None:
+    """Check the active environment; install missing packages from the wheelhouse. The
+    GPU's capability comes from nvidia-smi, the packages from their metadata: no torch is
+    imported here (the job imports it once; a CPU-only torch on a GPU host is then named
+    by the job's arch check)."""
+    if importlib.util.find_spec("torch") is None:
         session.skip("no importable torch in the active environment: GPU sessions run in the "
                      "environment that carries the CUDA torch; activate it, then "
                      "`pip install -e .[quanto]` (or install from the wheelhouse, README)")
-    *cc_text, torch_version, quanto = probe.stdout.strip().splitlines()[-1].split()
-    if cc_text == ["none"]:
+    cc = _nvidia_smi_capability()
+    cc = _torch_capability() if cc == "unknown" else cc
+    if cc == "no-torch":
+        session.skip("torch is installed in the active environment but does not import")
+    if cc is None:
         if need_cuda:
-            _skip_or_fail(session, f"no CUDA GPU visible to torch {torch_version}")
+            _skip_or_fail(session, "no CUDA GPU visible (nvidia-smi, torch)")
         return None
     site = os.path.abspath(os.path.join(".nox", "_site"))
-    missing = [] if quanto == "quanto" else ["optimum.quanto"]
-    if missing and os.path.isdir(WHEELHOUSE):
+    try:
+        missing = [] if importlib.util.find_spec("optimum.quanto") else ["optimum.quanto"]
+    except ImportError:
+        missing = ["optimum.quanto"]
+    if missing and not os.path.isdir(os.path.join(site, "optimum", "quanto")) \
+            and os.path.isdir(WHEELHOUSE):
         session.run(sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                     "--target", site, "--find-links", WHEELHOUSE, "optimum-quanto", external=True)
-    elif missing:
+    elif missing and not os.path.isdir(WHEELHOUSE):
         session.log(f"{', '.join(missing)} missing and no wheelhouse at {WHEELHOUSE}: "
                     "Marlin paths will be reported unavailable (run `nox -s wheelhouse` on a "
                     "machine with a registry and copy .whl/ here)")
     session.env["PYTHONPATH"] = os.pathsep.join(
         [os.getcwd(), site, session.env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))])
-    return tuple(int(x) for x in cc_text)  # type: ignore[return-value]
+    return cc  # type: ignore[return-value]
 
 
 def _skip_or_fail(session: nox.Session, why: str) -> None:

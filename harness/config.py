@@ -9,13 +9,11 @@ presets (``PRESET_OVERRIDES``: where each differs), ``to_dict`` / ``from_dict``,
 Extension point: a new setting is one ``_setting`` field (plus its value in the presets of
 ``PRESET_OVERRIDES`` that differ) and the same key, with a comment, in ``pyproject.toml``'s
 presets (tests/unit/test_config.py keeps the two equal). A new preset is one
-``[tool.harness.presets.NAME]`` table. A preset's value of a key, first hit wins: that
-preset's table in the file, its ``PRESET_OVERRIDES``, the file's ``default``, the packaged
-default. The file, first hit wins: ``load_settings(pyproject=PATH)``; the ``pyproject.toml``
-beside the ``harness`` package (its repository or worktree) with a ``[tool.harness]``
-table; the nearest such file upwards from the current directory; the packaged defaults.
-Torch-free, like everything ``harness.reports`` imports.
-"""
+``[tool.harness.presets.NAME]`` table. A key's value, first hit wins: the preset's table
+in the file, its ``PRESET_OVERRIDES``, the file's ``default``, the packaged default. The
+file, first hit wins: ``load_settings(pyproject=PATH)``, the ``pyproject.toml`` with a
+``[tool.harness]`` table beside the package (its checkout), then upwards from the current
+directory, else the packaged defaults. Torch-free, like all ``harness.reports`` imports."""
 
 from __future__ import annotations
 
@@ -73,7 +71,7 @@ class Settings:
     rel_err_gate: float = _setting(
         1e-3, "mean|C-ref| / mean|ref| above this fails accuracy")
     min_effect: float = _setting(
-        0.03, "smallest relative slowdown that can be called SLOWER")
+        0.02, "smallest relative slowdown that can be called SLOWER")
     alpha: float = _setting(
         0.01, "Mann-Whitney significance level of a SLOWER / FASTER call",
         high=1.0, open_low=True, open_high=True)
@@ -83,6 +81,9 @@ class Settings:
         0.02, "A/B screen: a gated row whose median moved beyond this (Mann-Whitney "
         "significant) against the stored baseline is measured A/B on this machine",
         open_low=True, high=1.0, stored_default=0.02)
+    ab_path_screen: float = _setting(
+        0.01, "A/B screen: every gated row of a (path, mode) whose median change is beyond "
+        "this goes to A/B", open_low=True, high=1.0, stored_default=0.02)
     ab_extra_rounds: int = _setting(
         4, "A/B: more interleaved rounds, of those rows only, for a row the first rounds "
         "leave undecided (SAME or AMBIGUOUS, moved beyond ab_screen); its threshold is then "
@@ -234,7 +235,7 @@ DEFAULT_PRESET: dict[str, float | int] = {name: spec.default for name, spec in S
 #: The other packaged presets: where each differs from ``DEFAULT_PRESET``.
 PRESET_OVERRIDES: dict[str, dict[str, float | int]] = {
     "strict": {
-        "min_effect": 0.02, "noise_margin_floor": 0.005, "ppl_drift_tolerance": 0.005,
+        "min_effect": 0.015, "noise_margin_floor": 0.005, "ppl_drift_tolerance": 0.005,
         "warmup_ms": 50.0, "max_case_seconds": 4.0, "target_rel_spread": 0.005,
         "min_samples": 50, "max_samples": 5000, "gate_eager_speed": 1, "accuracy_runs": 10,
         "fail_on_nondeterminism": 1, "rel_err_growth": 0.05, "rms_ulp_slack": 0.1,

@@ -13,6 +13,9 @@
 #   regress a real regression committed on top (fp16_cache through a temporary), then the
 #           nox job again, results under regress/ (issue 36; needs FROM_BUNDLE)
 #   job2    a second process of the job on the same machine, results under aa2/
+#   nox2    `nox -s bench-sm90` again on the same machine (a runner that has run it before:
+#           builds and case data cached), results under aa2/
+#   plantedjob3  as plantedjob with a 3% plant (issue 37), results under plantedjob3/
 #   parity2 a second process of parity and edges, results under aa2/
 #   report  `harness report` on each stored run against the committed baselines
 #   summary scripts/acceptance_summary.py on each stored run (planted share with PLANT)
@@ -28,7 +31,7 @@
 #           on GPU 0 alone: the wall-time reference) and shardplanted (the planted 5% job
 #           over `--gpus all`, graph mode, its A/B on one GPU: needs FROM_BUNDLE), under shard*/
 #   plantedjob  `harness job --steps gemm --mode graph` (the gating mode) with the planted
-#           slowdown (PLANT) and $JOB_ARGS,
+#           slowdown (PLANT; PLANT_FRACTION, default 0.05) and $JOB_ARGS,
 #           results under plantedjob/ (the job's A/B confirmation, on by default, measures
 #           the flagged rows against the baseline's commit: needs FROM_BUNDLE)
 # NOX_ARGS / JOB_ARGS / BENCH_ARGS: extra arguments for the nox, job and parity steps. Calibration runs (A/A
@@ -96,6 +99,8 @@ fi
   && tail -12 "$logs/$tag-nox.log"
 [[ $steps == *" job "* ]] && step job python3 -m harness job --arch sm90 --out "$res/aa" --no-progress \
   ${JOB_ARGS:-} && tail -12 "$logs/$tag-job.log"
+[[ $steps == *" nox2 "* ]] && step nox2 python3 -m nox -s bench-sm90 -- --out "$res/aa2" --no-progress ${NOX_ARGS:-} \
+  && tail -12 "$logs/$tag-nox2.log"
 [[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress ${JOB_ARGS:-} \
   && tail -12 "$logs/$tag-job2.log"
 # regress (issue 36): a real regression committed on top of the clone (needs FROM_BUNDLE):
@@ -126,16 +131,20 @@ fi
 [[ $steps == *" planted "* ]] && step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
   --matrix production --mode graph --out "$res/planted" --no-progress ${PLANT_ARGS:---no-compare} \
   --plugin tests/planted/slowdown_plugin.py
+[[ $steps == *" plantedjob3 "* ]] && step plantedjob3 env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
+  HARNESS_PLANT_FRACTION=0.03 HARNESS_PLANT_LOG_DIR="$res/plantedjob3/plant-log" \
+  python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob3" --no-progress \
+  --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-} && tail -14 "$logs/$tag-plantedjob3.log"
 [[ $steps == *" plantedjob "* ]] && step plantedjob env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
-  HARNESS_PLANT_LOG_DIR="$res/plantedjob/plant-log" \
+  HARNESS_PLANT_FRACTION="${PLANT_FRACTION:-0.05}" HARNESS_PLANT_LOG_DIR="$res/plantedjob/plant-log" \
   python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob" --no-progress \
-  --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-}
+  --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-} && tail -14 "$logs/$tag-plantedjob.log"
 # report: `harness report` on every stored run of this call, gated against the committed
 # baselines (the verdict agreement line is the check: report == bench, row for row)
 if [[ $steps == *" report "* ]]; then
   for d in "$res"/*/*/sm90; do
     [ -d "$d" ] || continue
-    extra=(); [[ $d == */planted/* || $d == */plantedjob/* ]] && extra=(--partial)
+    extra=(); [[ $d == */planted/* || $d == */plantedjob*/* ]] && extra=(--partial)
     python3 -m harness report "$d" --baseline baselines "${extra[@]}" \
       >> "$logs/$tag-report.log" 2>&1
     echo "report $d rc=$?" | tee -a "$out/$tag-times.txt"

@@ -105,7 +105,7 @@ class StoredGate:
     result: GateResult
     base_commit: str
     screened: set[tuple[str, str, str]]
-    partial: bool
+    partial: bool | str
     #: another GPU model than the baseline's: (the baseline's model, this run's), else None
     models: tuple[str, str] | None = None
 
@@ -131,7 +131,7 @@ def stored_gate(run_dir: Path, matrix: str, baselines: str | Path, arch: str,
         return StoredGate(result, base.environment.commit, set(), partial,
                           (base.environment.gpu_name, env.gpu_name))
     return StoredGate(result, base.environment.commit,
-                      screen_keys(list(run.rows), base.rows, settings), partial)
+                      screen_keys(list(run.rows), base.rows, settings, partial=partial), partial)
 
 
 @dataclass
@@ -142,7 +142,7 @@ class _Pending:
     result: GateResult
     base_commit: str
     slow: list
-    partial: bool = False
+    partial: bool | str = False
     projected: Projected | None = None
 
 

@@ -28,6 +28,7 @@ from ..cases import MATRICES
 from ..config import load_settings, parse_overrides
 from ..errors import EXIT_WRONG_RUNNER, worst_exit
 from ..reports.devices import device_spread_lines
+from ..reports.gate import PARTIAL_MODES
 from ..results.environment import STRICT_ENV_HELP
 from . import bench_shard
 from .common import gate_against_baseline, plain, refuse_early
@@ -105,6 +106,15 @@ def wants_cpu(args) -> bool:
     return bool(args.cpu) or _split(args.mode) == ["cpu"]
 
 
+def partial_kind(args: argparse.Namespace) -> bool | str:
+    """How the gate reads a chosen part of the matrix: True for ``--filter`` / ``--paths``
+    (the baseline's rows it did not measure are not MISSING), ``PARTIAL_MODES`` for
+    ``--mode`` alone (only the other modes' rows are set aside), False for the whole."""
+    if args.filter or args.paths:
+        return True
+    return PARTIAL_MODES if args.mode else False
+
+
 def _modes(args, device) -> tuple[str, ...]:
     modes = _split(args.mode) or (["cpu"] if device.type == "cpu" else ["cold", "graph"])
     allowed = ("cpu",) if device.type == "cpu" else ("cold", "graph")
@@ -152,7 +162,7 @@ def run(args: argparse.Namespace) -> int:
     import torch  # heavy: only the measuring commands load torch
 
     from harness.kernels import base, build, registry_load  # heavy: torch (the paths)
-    from harness.measure import envinfo, session  # heavy: torch (the engine)
+    from harness.measure import envinfo, session, warm_start  # heavy: torch (the engine)
 
     on_cpu = wants_cpu(args)
     cuda = torch.cuda.is_available() and not on_cpu
@@ -196,12 +206,14 @@ def run(args: argparse.Namespace) -> int:
     bench = session.BenchSession(
         device=device, arch=actual, settings=settings, modes=modes, paths=paths, out=Path(args.out),
         resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
-        partial=bool(args.filter or args.paths or args.mode),
+        partial=partial_kind(args),
         extra={"filter": args.filter or "", "cpu_threads": torch.get_num_threads(),
                "plugins": plugins, "entry_points": registry_load.load_entry_points()})
     if not args.no_compare:    # a baseline that would refuse the run refuses it now
         refuse_early(matrices, baselines=args.baselines, arch=actual, env=bench.env_record(),
                      measured=bench.measured(), strict_env=args.strict_env)
+    start = warm_start.OverlappedStart(base.PATHS.select(paths), device)   # build: a thread
+    bench.start_stages = start.finish(c for m in matrices for c in cases[m])
     t0 = time.perf_counter()
     with _terminate_cleanly(bench.run_dir()):
         for rep in range(1, args.repeat + 1):
@@ -237,7 +249,7 @@ def _run_sharded(args, settings, modes, matrices, cases, paths, plugins, *, devi
     shard = bench_shard.ShardedBench(
         specs, commit=commit, arch=arch, settings=settings, modes=modes, paths=paths,
         out=Path(args.out), resume=args.resume, overwrite=args.overwrite, extra=extra,
-        partial=bool(args.filter or args.paths or args.mode))
+        partial=partial_kind(args))
     try:
         with _terminate_cleanly(shard.run_dir()):
             for matrix in matrices:

@@ -98,7 +98,7 @@ class ShardedBench:
 
     def __init__(self, specs: list[WorkerSpec], *, commit: str, arch: str, settings,
                  modes, paths, out: Path, resume: bool, overwrite: bool, extra: dict,
-                 partial: bool, echo=print) -> None:
+                 partial: bool | str, echo=print) -> None:
         self.specs = {s.slot: s for s in specs}
         self.commit, self.arch, self.settings = commit, arch, settings
         self.modes, self.paths, self.out = tuple(modes), list(paths), Path(out)

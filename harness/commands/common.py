@@ -64,7 +64,7 @@ def csv_list(text: str | None) -> tuple[str, ...]:
 def gate_against_baseline(
     rows: Sequence[ResultRow], matrix: str, *, command: str, run_dir: Path, baselines: str | Path,
     arch: str, env: Environment, settings: Settings, measured: Mapping, strict_env: bool = False,
-    partial: bool = False, remeasure: Remeasure | None = None, current_label: str = "current",
+    partial: bool | str = False, remeasure: Remeasure | None = None, current_label: str = "current",
     echo: Callable[[str], None] = print,
 ) -> int:
     """Gate ``rows`` (``matrix`` of the run in ``run_dir``) against the baseline of ``arch``

@@ -1,7 +1,8 @@
 """``harness job``: the main GPU job (what ``nox -s bench-smXX`` runs): every step, one summary.
 
 Steps, in order, each run even when an earlier one failed:
-  1. ``gemm``:   ``harness bench --matrix production`` (every path, cold and graph), gated;
+  1. ``gemm``:   ``harness bench --matrix production`` (every path; on a GPU graph mode,
+     the mode that gates: ``--cold`` adds the cold rows, information there), gated;
   2. ``swiglu``: the SwiGLU gate/up pairs (``--matrix swiglu``), gated;
   3. ``ppl``:    ``harness ppl`` on the fixture (perplexity drift and end-to-end forward
      time per path), gated.
@@ -101,6 +102,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--mode", default=None,
                    help="passed to harness bench: only these timing modes (e.g. graph, the "
                         "mode that gates on a GPU); the gate then judges those rows only")
+    p.add_argument("--cold", action="store_true",
+                   help="on a GPU, also the cold (eager) rows: information, not gated, and "
+                        "50-70 s of an H200's job (docs/measurement.md §11); without it the "
+                        "bench measures graph mode only, the rows that gate")
     p.add_argument("--gpus", default=None, metavar="all|0,1,3",
                    help="passed to harness bench: its matrices spread over these GPUs, one "
                         "worker each; ppl and the A/B confirmation run on one GPU")
@@ -111,6 +116,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ab-rounds", type=int, default=3,
                    help="interleaved rounds per side of the A/B confirmation (default 3)")
     p.set_defaults(func=run)
+
+
+def gpu_modes(args) -> list[str]:
+    """The bench's ``--mode`` when the job chose none: graph alone on a GPU (the mode that
+    gates there), unless ``--cold``; on the CPU (``--cpu``, or no GPU) the bench's own."""
+    import torch  # heavy: only the measuring commands load torch
+
+    if args.cpu or args.cold or not torch.cuda.is_available():
+        return []
+    return ["--mode", "graph"]
 
 
 def _common(args) -> list[str]:
@@ -220,7 +235,7 @@ def run(args: argparse.Namespace) -> int:
         argv = ["bench", "--matrix", ",".join(matrices), *cpu, *arch, *force, *_common(args)]
         argv += ["--no-progress"] if args.no_progress else []
         argv += ["--ci"] if args.ci else []
-        argv += ["--mode", args.mode] if args.mode else []
+        argv += ["--mode", args.mode] if args.mode else gpu_modes(args)
         argv += ["--gpus", args.gpus] if args.gpus else []
         for plugin in args.plugin:
             argv += ["--plugin", plugin]
@@ -274,9 +289,6 @@ def run(args: argparse.Namespace) -> int:
 #: The variable `nox -s bench-smXX` sets to the time (``time.time()``) its noxfile was
 #: imported: the job's time line then starts with what nox spent before the job.
 NOX_T0_ENV = "HARNESS_NOX_T0"
-#: The variable `nox -s bench-smXX` sets to the time (``time.time()``) its noxfile was
-#: imported: the job's time line then starts with what nox spent before the job.
-NOX_T0_ENV = "HARNESS_NOX_T0"
 
 
 def nox_started() -> float | None:
@@ -306,7 +318,7 @@ def bench_stages(results: list[StepResult], run_dir: Path | None) -> dict[str, f
         wall = (read_meta(path).extra.get("wall_s_by_stage") or {}) if path.is_file() else {}
         for k, v in wall.items():
             stages[k] = stages.get(k, 0.0) + float(v or 0.0)
-    order = ("data", "set-up", "graph", "cold", "cpu", "re-check")
+    order = ("build", "data", "set-up", "graph", "cold", "cpu", "re-check")
     stages = dict(sorted(stages.items(), key=lambda kv: (
         order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
     stages["gate + other"] = max(0.0, bench[0].seconds - sum(stages.values()))

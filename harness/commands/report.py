@@ -73,7 +73,7 @@ class StoredGate:
 
 
 def gate_stored(stored: Run, settings: Settings, *, baseline: str | None, arch: str | None = None,
-                partial: bool = False, strict_env: bool = False, missing_ok: bool = False,
+                partial: bool | str = False, strict_env: bool = False, missing_ok: bool = False,
                 command: str = "harness report") -> StoredGate:
     """Gate a stored run against ``<baseline>/<arch>/`` (the run's arch by default), the
     environment policy first, replaying the confirmation rows its bench stored; without

@@ -43,7 +43,7 @@ class BenchSession:
     resume: bool = False
     overwrite: bool = False
     progress: bool = True
-    partial: bool = False
+    partial: bool | str = False
     table: bool = True            # print the short table after each matrix
     extra: dict = field(default_factory=dict)
     echo: object = print
@@ -52,6 +52,9 @@ class BenchSession:
     host_index: int | None = None
     #: a CPU stand-in device of a sharded run: its rows say ``gpu_uuid`` "cpu:<index>"
     stand_in: bool = False
+    #: seconds by stage spent before the first matrix (``warm_start.OverlappedStart``:
+    #: build, data), added to the first matrix measured's ``wall_s_by_stage``
+    start_stages: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.commit = git_commit()
@@ -122,7 +125,11 @@ class BenchSession:
             runner = Runner(ctx, writer, progress=self.progress)
             runner.run(cases, self.paths)
             rows = list(writer.existing) + runner.rows
-            ctx.wall = {k: round(v, 2) for k, v in runner.wall.items()}
+            wall = dict(runner.wall)
+            for k, v in self.start_stages.items():    # the first matrix carries them
+                wall[k] = wall.get(k, 0.0) + v
+            self.start_stages = {}
+            ctx.wall = {k: round(v, 2) for k, v in wall.items()}
         finally:
             try:   # also when interrupted: the notes of the rows on disk survive --resume
                 write_meta(json_path, self._meta(matrix, ctx.notes, ctx.wall))

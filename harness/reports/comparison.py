@@ -120,7 +120,7 @@ def compare_runs(
     a_rows: Sequence[ResultRow], b_rows: Sequence[ResultRow], run_a: Run, run_b: Run,
     settings: Settings, *, a_label: str, b_label: str, margins: Mapping[Key, float] | None = None,
     a_stored: bool = False, remeasure: Remeasure | None = None, notes: Sequence[str] = (),
-    strict_env: bool = False, echo: Callable[[str], None] = print, partial: bool = False,
+    strict_env: bool = False, echo: Callable[[str], None] = print, partial: bool | str = False,
 ) -> GateResult:
     """Gate ``b_rows`` against ``a_rows`` (``partial``: A's rows that B did not measure are
     not judged, as for a filtered bench); ``run_a`` / ``run_b`` give each side's

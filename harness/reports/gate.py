@@ -67,6 +67,11 @@ from .verdicts import (  # noqa: F401  (HOST_PACED_MODES, row_fails: re-exported
     row_fails,
 )
 
+#: ``evaluate(partial=...)`` for a run of some timing modes only (``harness bench --mode``,
+#: ``harness job``'s graph-only default on a GPU): the baseline's rows of the other modes
+#: are not judged, every case and path of the measured modes still is.
+PARTIAL_MODES = "modes"
+
 
 def is_marlin_path(name: str) -> bool:
     """The old rule on a name: a Marlin kernel ran when it contains 'marlin'. Only for rows
@@ -291,7 +296,7 @@ def evaluate(
     *,
     margins: Mapping[Key, float] | None = None,
     remeasure: Remeasure | None = None,
-    partial: bool = False,
+    partial: bool | str = False,
     current_label: str = "current",
     baseline_label: str = "baseline",
     timing_reason: str | None = None,
@@ -301,7 +306,10 @@ def evaluate(
     Rows match on (case_id, path, mode), and also on matrix when either side holds more
     than one matrix. ``margins`` are per-key noise margins (from calibration);
     ``partial=True`` ignores baseline rows whose case, path or mode the current run did not
-    measure (a filtered run: --filter, --paths, --mode) instead of calling them MISSING.
+    measure (a filtered run: --filter, --paths) instead of calling them MISSING;
+    ``partial=PARTIAL_MODES`` (a run of some timing modes: ``--mode``, the GPU job's graph
+    default) ignores only the rows of modes it did not measure, so a case or a path that
+    went missing from a measured mode is still MISSING.
     The environments must have been checked by the caller
     (``environment.check_gate_environment``); its ``timing_reason`` (another GPU model)
     turns every speed verdict into TIMING_NOT_COMPARABLE.
@@ -310,7 +318,10 @@ def evaluate(
     remeasured: tuple[ResultRow, ...] = ()
     by_matrix = len({r.matrix for r in current}) > 1 or len({r.matrix for r in baseline}) > 1
     cur, base = _index(current, by_matrix), _index(baseline, by_matrix)
-    if partial:   # a filtered run: only the cases, paths and modes it measured are judged
+    if partial == PARTIAL_MODES:   # some modes measured: their rows are judged in full
+        modes = {k[-1] for k in cur}
+        base = {k: v for k, v in base.items() if k[-1] in modes}
+    elif partial:   # a filtered run: only the cases, paths and modes it measured are judged
         cases, paths, modes = {k[:-2] for k in cur}, {k[-2] for k in cur}, {k[-1] for k in cur}
         base = {k: v for k, v in base.items()
                 if k[:-2] in cases and k[-2] in paths and k[-1] in modes}

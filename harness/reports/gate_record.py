@@ -20,7 +20,7 @@ from pathlib import Path
 from ..config import Settings
 from ..errors import EXIT_FAIL, EXIT_NO_BASELINE, EXIT_PASS, worst_exit
 from ..results.store import Run, confirm_path, read_meta, write_meta, write_rows
-from .gate import row_fails
+from .gate import PARTIAL_MODES, row_fails
 from .verdicts import GateResult, RowVerdict, Verdict, verdict_map
 
 
@@ -29,10 +29,12 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def write_gate_record(csv_path: str | Path, result: GateResult, *, partial: bool = False) -> None:
+def write_gate_record(csv_path: str | Path, result: GateResult, *,
+                      partial: bool | str = False) -> None:
     """Store ``result``'s verdicts and confirmation rows beside the result CSV; ``partial``:
-    the gate judged only the cases, paths and modes the run measured (a filtered bench), so
-    every later reading of the run does the same (``stored_partial``)."""
+    the gate judged only the cases, paths and modes the run measured (a filtered bench; or
+    ``gate.PARTIAL_MODES``: only its modes), so every later reading of the run does the
+    same (``stored_partial``)."""
     csv_path = Path(csv_path)
     if result.remeasured:
         write_rows(confirm_path(csv_path), result.remeasured)
@@ -47,17 +49,22 @@ def write_gate_record(csv_path: str | Path, result: GateResult, *, partial: bool
     failing = Counter(v.verdict.value for v in result.failures)
     gate = {"baseline": result.baseline_label, "has_baseline": result.has_baseline,
             "exit_code": result.exit_code, "failing": dict(sorted(failing.items())),
-            "partial": bool(partial),
+            "partial": PARTIAL_MODES if partial == PARTIAL_MODES else bool(partial),
             "verdicts": verdict_map(result), "confirmations": confirmed,
             "notes": list(result.notes)}
     write_meta(json_path, replace(meta, extra={**meta.extra, "gate": gate}))
 
 
-def stored_partial(metas) -> bool:
-    """Whether the bench gated any of the run's matrices as a partial run (``--mode``,
-    ``--paths``, ``--filter``): baseline rows it did not measure were not judged MISSING."""
-    return any(bool(((getattr(m, "extra", None) or {}).get("gate") or {}).get("partial"))
-               for m in metas.values())
+def stored_partial(metas) -> bool | str:
+    """How the bench gated the run's matrices: True when any was a filtered run
+    (``--paths``, ``--filter``: baseline rows it did not measure were not judged MISSING),
+    ``gate.PARTIAL_MODES`` when some timing modes only were measured (``--mode``, the GPU
+    job's default), else False."""
+    marks = [((getattr(m, "extra", None) or {}).get("gate") or {}).get("partial")
+             for m in metas.values()]
+    if any(v is True for v in marks):
+        return True
+    return PARTIAL_MODES if PARTIAL_MODES in marks else False
 
 
 def stored_verdicts(metas) -> dict[str, str]:

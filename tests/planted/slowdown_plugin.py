@@ -1,9 +1,9 @@
 """A ``harness bench --plugin`` file: the planted 5% slowdown on one path.
 
 The path is ``$HARNESS_PLANT_PATH`` (default ``fp16_cache``); every call of it takes 5%
-longer (a device spin sized the way the gate's graph rows see the call: see
-``planted.sleep_sizing``; CPU: a host spin). Used to show that the gate catches a real
-regression on the GPU:
+(``$HARNESS_PLANT_FRACTION``, e.g. 0.03) longer (a device spin sized the way the gate's
+graph rows see the call: see ``planted.sleep_sizing``; CPU: a host spin). Used to show
+that the gate catches a real regression on the GPU:
 
     HARNESS_PLANT_PATH=fp16_cache harness bench --matrix production --mode graph \\
         --plugin tests/planted/slowdown_plugin.py
@@ -26,6 +26,8 @@ from planted import defects  # noqa: E402
 _PATH = os.environ.get("HARNESS_PLANT_PATH", "fp16_cache")
 _PLANT = defects.get("slowdown_5pct").plant(path=_PATH)
 _WRAPPER = _PLANT.__enter__()          # stays planted for the life of the process
+# sized on each M's first call, so the fraction may still change here
+_WRAPPER.fraction = float(os.environ.get("HARNESS_PLANT_FRACTION", "") or _WRAPPER.fraction)
 
 
 def _write_plans() -> None:

@@ -255,15 +255,15 @@ def test_the_runs_plugins_go_to_the_current_side_only(tmp_path):
 @pytest.mark.parametrize("head_speed, exit_code", [("1.00", 0), ("1.05", 1)])
 def test_the_screen_sends_a_row_inside_its_margin_to_ab_and_ab_decides(
         tmp_path, capsys, head_speed, exit_code):
-    """marlin_asym reads +2.5% against the stored baseline: inside the 3% threshold (SAME,
-    exit 0 on the cross-machine gate) but beyond the 2% screen, so it is measured A/B.
+    """marlin_asym reads +1.5% against the stored baseline: inside the 2% threshold (SAME,
+    exit 0 on the cross-machine gate) but beyond the 1% path screen, so it is measured A/B.
     A real 5% there makes it a failing SLOWER ("found by the A/B screen"); an unchanged
     build leaves it SAME. report and compare replay the same verdicts."""
     repo, base_sha, head_sha = _repo(tmp_path, head_speed)
-    run_dir = _stored(tmp_path, base_sha, head_sha, factor={"marlin_asym": 1.025})
+    run_dir = _stored(tmp_path, base_sha, head_sha, factor={"marlin_asym": 1.015})
     gate = read_meta(run_dir / "synthetic.json").extra["gate"]
     assert gate["exit_code"] == 0
-    fake = ThisMachine(offset=1.025)
+    fake = ThisMachine(offset=1.015)
     code = ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
                              arch="sm90", settings=S, rounds=2, repo=repo, runner=fake,
                              echo=lambda s: None)
@@ -319,11 +319,14 @@ def test_the_screen_flags_rows_beyond_it_and_every_row_of_a_path_that_moved_as_a
     # one row +4%, the path's median unchanged: that row only
     one = screen_keys(_moved({asym[0]: 0.04}), BASE, S)
     assert one == {asym[0]}
-    # +1.5% everywhere (inside the 2% screen), and nothing moved: nothing to A/B
-    assert screen_keys(_moved({k: 0.015 for k in asym}), BASE, S) == set()
+    # +1.5% everywhere: inside the 2% row screen, beyond the 1% path screen: the whole path
+    assert screen_keys(_moved({k: 0.015 for k in asym}), BASE, S) == set(asym)
+    # +0.8% everywhere (inside both screens), and nothing moved: nothing to A/B
+    assert screen_keys(_moved({k: 0.008 for k in asym}), BASE, S) == set()
     assert screen_keys(BASE, BASE, S) == set()
-    # a wider screen lets the 4% path through
-    assert screen_keys(_moved(moved), BASE, replace(S, ab_screen=0.05)) == set()
+    # wider screens let the 4% path through
+    assert screen_keys(_moved(moved), BASE, replace(S, ab_screen=0.05, ab_path_screen=0.05)) \
+        == set()
 
 
 class TwoMatrices(ThisMachine):

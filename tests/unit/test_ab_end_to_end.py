@@ -98,8 +98,8 @@ def test_a_planted_slowdown_is_confirmed_ab(project):
     assert planted and all(v["verdict"] == "SLOWER" for v in planted.values()), rows
     assert all(abs(v["change"] - 0.05) < 0.01 for v in planted.values()), planted
     assert all(v["verdict"] != "SLOWER" for k, v in rows.items() if k not in planted)
-    # each reading stores the move it had to exceed: at least the gate's min_effect (3%)
-    assert all(v["threshold"] >= 0.03 for v in rows.values()), rows
+    # each reading stores the move it had to exceed: at least the gate's min_effect (2%)
+    assert all(v["threshold"] >= 0.02 for v in rows.values()), rows
     # the A/B's benches ran pipelined: each was held at the gate plugin (both sides, every
     # round) while the one before it measured, and the planted plugin reached B only
     benches = sorted(run.glob("ab/*/runs/round*/[AB]/*/cpu/smoke.json"))

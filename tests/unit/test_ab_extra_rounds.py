@@ -101,7 +101,7 @@ def test_a_5pct_slowdown_on_a_noisy_row_is_confirmed_by_extra_rounds(repo, tmp_p
 
     fake, out, noisy = _compare(repo, tmp_path)
     assert noisy.verdict == Verdict.SLOWER and noisy.fails
-    assert 0.03 <= noisy.threshold < 0.045
+    assert S.min_effect <= noisy.threshold < 0.045
     assert out.extended == {NOISY: 7}
     extra = fake.calls[6:]
     assert [c.out_dir.parent.name for c in extra] == [f"round{r}" for r in (3, 4, 5, 6)
