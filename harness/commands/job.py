@@ -24,9 +24,9 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
@@ -42,8 +42,16 @@ from ..errors import (
     one_line,
     worst_exit,
 )
+from ..kernels import prebuild
 from ..reports.gate_record import stored_exit_code
-from ..reports.verdicts import FAILING
+from ..reports.job_summary import (  # noqa: F401  (re-exported: the job's summary records)
+    StepResult,
+    bench_stages,
+    job_timing,
+    time_line,
+    verdict_counts,
+)
+from ..results.models import load_for_model
 from ..results.store import read_meta, read_rows
 from . import bench, ppl
 from .ab_step import ab_confirm
@@ -54,24 +62,6 @@ from .common import plain, settings_from_args
 #: dispatch and completeness)
 STEPS = (("gemm", "production"), ("swiglu", "swiglu"), ("ppl", "ppl"))
 CPU_STEPS = (("gemm", "smoke"), ("ppl", "ppl"))
-
-
-#: verdicts that fail a gated row (a row of another role or mode shows them as information)
-FAILING_NAMES = frozenset(v.value for v in FAILING)
-
-
-@dataclass
-class StepResult:
-    """One step's outcome for the summary table."""
-
-    step: str
-    matrix: str
-    exit_code: int = 0
-    rows: int = 0
-    verdicts: dict = field(default_factory=dict)
-    failing: dict = field(default_factory=dict)     # of ``verdicts``, the rows that fail
-    reason: str = ""
-    seconds: float = 0.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -231,6 +221,7 @@ def run(args: argparse.Namespace) -> int:
     results: list[StepResult] = []
     matrices = [m for s, m in steps if s in wanted and s != "ppl"]
     t0 = time.perf_counter()
+    pre = _prebuild(args, matrices)      # the A/B's other commits compile while the bench runs
     if matrices:
         argv = ["bench", "--matrix", ",".join(matrices), *cpu, *arch, *force, *_common(args)]
         argv += ["--no-progress"] if args.no_progress else []
@@ -254,6 +245,10 @@ def run(args: argparse.Namespace) -> int:
     if args.ab_confirm and run_dir is not None:
         gated = [r.matrix for r in results
                  if r.step != "ppl" and r.exit_code in (EXIT_PASS, EXIT_FAIL)]
+        if pre is not None and gated:
+            ab_parts["A/B builds"] = pre.wait()
+            for line in pre.lines:
+                print(f"harness job: A/B build of {line}")
         try:
             if gated:
                 ab_confirm(run_dir, gated, baselines=args.baselines, arch=run_dir.name,
@@ -304,56 +299,6 @@ def nox_started() -> float | None:
 _IMPORTED_AT = time.time()
 
 
-def bench_stages(results: list[StepResult], run_dir: Path | None) -> dict[str, float]:
-    """The bench process's wall time by stage, summed over its matrices' json
-    (``wall_s_by_stage``: case data, per-path set-up with the extension's build or load,
-    each timing mode, the fresh-input re-check), and "gate + other", the rest of the
-    process (start-up, ceilings, the gate and its re-measurements)."""
-    bench = [r for r in results if r.step != "ppl"]
-    if not bench or run_dir is None:
-        return {}
-    stages: dict[str, float] = {}
-    for r in bench:
-        path = run_dir / f"{r.matrix}.json"
-        wall = (read_meta(path).extra.get("wall_s_by_stage") or {}) if path.is_file() else {}
-        for k, v in wall.items():
-            stages[k] = stages.get(k, 0.0) + float(v or 0.0)
-    order = ("build", "data", "set-up", "graph", "cold", "cpu", "re-check")
-    stages = dict(sorted(stages.items(), key=lambda kv: (
-        order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
-    stages["gate + other"] = max(0.0, bench[0].seconds - sum(stages.values()))
-    return stages
-
-
-def job_timing(results: list[StepResult], ab: dict[str, float], wall_s: float,
-               nox_s: float | None) -> dict[str, float]:
-    """Where the job's wall time went: nox's start (under nox; before the job, so not in
-    its total), the bench process (its matrices), ppl, the machine factor of another GPU
-    model (when there was one), the A/B confirmation (0 when nothing was flagged or it is
-    off) and the whole job."""
-    out: dict[str, float] = {"nox start": nox_s} if nox_s is not None else {}
-    bench = [r for r in results if r.step != "ppl"]
-    if bench:
-        out[f"bench ({'+'.join(r.matrix for r in bench)})"] = bench[0].seconds
-    for r in results:
-        if r.step == "ppl":
-            out["ppl"] = r.seconds
-    out.update({k: v for k, v in ab.items() if k == "machine factor"})
-    out.update({"A/B": ab.get("A/B", 0.0), "total": wall_s})
-    return out
-
-
-def time_line(timing: dict[str, float], stages: dict[str, float]) -> str:
-    """The job's last timing line: each part, the bench's stages in brackets after it."""
-    parts = []
-    for k, v in timing.items():
-        part = f"{k} {v:.0f} s"
-        if k.startswith("bench (") and stages:
-            part += " [" + ", ".join(f"{s} {t:.0f}" for s, t in stages.items()) + "]"
-        parts.append(part)
-    return "harness job: time: " + ", ".join(parts)
-
-
 def report_hint(run_dir: Path, baselines: str) -> str:
     """The report command for this run, in a form that works where it is printed: under
     nox in a session's own virtualenv (``nox -s bench-cpu``), the ``report`` session (the
@@ -369,22 +314,33 @@ def report_hint(run_dir: Path, baselines: str) -> str:
     return f"{'python3' if same else sys.executable} -m harness report {args}"
 
 
+def _prebuild(args, matrices: list[str]) -> prebuild.Prebuild | None:
+    """Start compiling the extension of every commit the gated matrices' baseline rows name
+    (``kernels.prebuild``), on a GPU with the A/B on; None otherwise or when git or the
+    baselines cannot say (the A/B then compiles them itself, or says why it cannot)."""
+    import torch  # heavy: only the measuring commands load torch
+
+    from harness.measure.envinfo import arch_label  # heavy: torch (the engine)
+
+    if args.cpu or not args.ab_confirm or not matrices or not torch.cuda.is_available():
+        return None
+    device = torch.device("cuda", torch.cuda.current_device())
+    arch = arch_label(device)
+    try:
+        base = load_for_model(args.baselines, arch, torch.cuda.get_device_name(device),
+                              matrices)
+    except EXPECTED_ERRORS:
+        return None
+    shas = [r.commit for r in base.rows] + [base.environment.commit]
+    return prebuild.start(Path("."), shas, arch,
+                          Path(tempfile.mkdtemp(prefix="harness-prebuild-")))
+
+
 def _run_dir(args, commit: str) -> Path | None:
     """Where this commit's results went (the newest arch directory under the commit)."""
     root = Path(args.out) / commit
     dirs = sorted((d for d in root.glob("*") if d.is_dir()), key=lambda d: d.stat().st_mtime)
     return dirs[-1] if dirs else None
-
-
-def verdict_counts(verdicts: dict, failing: dict) -> str:
-    """The summary's verdicts cell: each verdict's rows, and where some of a verdict's rows
-    do not fail (a SLOWER cold row or a peer's: information), how many of them."""
-    parts = []
-    for k, n in sorted(verdicts.items()):
-        info = n - int(failing.get(k, 0))
-        parts.append(f"{n} {k}" + (f" ({info} not gating)" if k in FAILING_NAMES and info > 0
-                                   else ""))
-    return ", ".join(parts) or "-"
 
 
 def _print_summary(results: list[StepResult], worst: int, wall: float) -> None:

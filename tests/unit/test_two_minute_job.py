@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import subprocess
 import sys
 import threading
 import time
@@ -21,7 +22,7 @@ from harness.cases import MATRICES
 from harness.cases.data_cache import ENV as DATA_CACHE_ENV
 from harness.commands import job
 from harness.config import load_settings
-from harness.kernels import registry_load
+from harness.kernels import prebuild, registry_load
 from harness.kernels.base import PATHS
 from harness.measure.warm_start import OverlappedStart
 from harness.reports.ab_confirm import screen_keys
@@ -153,3 +154,44 @@ def test_the_planted_slowdown_takes_its_size_from_the_environment(monkeypatch, f
         module._PLANT.__exit__(None, None, None)
         sys.modules.pop(spec.name, None)
     assert PATHS.get("fp16_cache") is before
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_the_baseline_commits_build_in_the_background_in_their_own_worktrees(tmp_path,
+                                                                             monkeypatch):
+    """A repository whose ``harness build`` records where and how it ran: each baseline
+    commit other than HEAD is built once, in a worktree of that commit, removed after;
+    an unknown commit is skipped."""
+    repo = tmp_path / "repo"
+    (repo / "harness").mkdir(parents=True)
+    main = repo / "harness" / "__main__.py"
+    record = tmp_path / "built.txt"
+    script = ("import pathlib, sys\n"
+              f"p = pathlib.Path({str(record)!r})\n"
+              "tag = (pathlib.Path(__file__).parent / 'tag').read_text().strip()\n"
+              "p.write_text((p.read_text() if p.exists() else '') + tag + ' ' + "
+              "' '.join(sys.argv[1:]) + '\\n')\n")
+    main.write_text(script)
+    (repo / "harness" / "__init__.py").write_text("")
+    _git(tmp_path, "init", "-q", str(repo))
+    shas = []
+    for tag in ("base1", "base2", "head"):
+        (repo / "harness" / "tag").write_text(tag)
+        _git(repo, "add", "-A")
+        _git(repo, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", tag)
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    pre = prebuild.start(repo, [shas[0], shas[1], shas[0], shas[2], "f" * 40], "sm90",
+                         tmp_path / "work")
+    assert pre.shas == (shas[0], shas[1])               # HEAD and the unknown one left out
+    assert pre.wait() >= 0.0
+    assert record.read_text().splitlines() == ["base1 build --arch sm90",
+                                               "base2 build --arch sm90"]
+    assert all("exit 0" in line for line in pre.lines) and len(pre.lines) == 2
+    assert not list((tmp_path / "work").glob("*/harness"))   # the worktrees are gone
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1
+    assert prebuild.start(repo, [shas[2]], "sm90", tmp_path / "w2").wait() == 0.0
