@@ -80,7 +80,9 @@ step() {  # name, then the command
   pack
 }
 steps=" ${STEPS:-nox parity planted} "
-step build python3 -c "from harness.kernels.build import extension, build_info; extension(); print(build_info())"
+# build: HEAD's extension before any step (NO_BUILD=1: not; a fresh machine's first job
+# then compiles it, overlapped with its case data, as a fresh runner's job does)
+[ -z "${NO_BUILD:-}" ] && step build python3 -c "from harness.kernels.build import extension, build_info; extension(); print(build_info())"
 # basebuild (with FROM_BUNDLE, on by default): the committed baselines' commit's extension
 # too, as a runner that has run the job before has it cached; else the job's first A/B
 # bench compiles it (~30 s of the job's time on a fresh H200, a4 of 2026-12-04)
