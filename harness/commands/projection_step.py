@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import Settings
@@ -109,7 +109,11 @@ def project(result: GateResult, matrix: str, measured: Mapping[tuple[str, Key], 
     projected = projected_baseline(judged, factors, mine)
     have = {r.key for r in projected}
     current = [v.current for v in judged if v.key in have]
-    screened = screen_keys(current, projected, settings)
+    # the factors come from projection_sample rows per class: a path's median against them
+    # scatters by ~1% (two fresh H100s), so on another model the path screen is ab_screen's
+    # (a 1% one sent 62 of 168 production rows of an unchanged H100 run to A/B, 2026-12-05)
+    wide = replace(settings, ab_path_screen=max(settings.ab_path_screen, settings.ab_screen))
+    screened = screen_keys(current, projected, wide)
     projection = Projection(reference_model, runner_model, factors,
                             settings.projection_sample,
                             tuple(sorted("|".join(k) for k in mine if k in have)))
