@@ -1,7 +1,9 @@
 """One line per gated matrix of a stored run, for the #16 acceptance table: its exit code,
 its failing verdicts, what the A/B confirmation did, and with ``--plant PATH`` how many of
 that path's rows in ``--mode`` (default graph) ended SLOWER and how many other rows fail
-(per GPU too, for a run spread over several by ``harness bench --gpus``); then, when the
+(per GPU too, for a run spread over several by ``harness bench --gpus``; and by the
+slowdown the plant really added, from the plugin's log ``../../plant-log`` when there is
+one: a spin cannot add less than its own node costs); then, when the
 run has a ``job.json``, the job's exit code and where its time went.
 
     python scripts/acceptance_summary.py results/<commit>/sm90 [--plant fp16_cache]
@@ -50,6 +52,7 @@ def summarize(run_dir: Path, plant: str | None, mode: str, by_path: bool = False
             line += (f"; planted {plant} ({mode}): {caught}/{len(mine)} SLOWER ({share}), "
                      f"{others} other failing row(s)")
             line += _per_gpu(meta_path.with_suffix(".csv"), mine)
+            line += _by_planted_size(run_dir.parents[1] / "plant-log", mine)
         lines.append(line)
         if by_path:
             counts: dict[str, Counter] = {}
@@ -97,6 +100,36 @@ def _per_gpu(csv_path: Path, verdicts: dict[str, str]) -> str:
         return ""
     return "; per GPU: " + ", ".join(f"{uuid or '?'}: {c}/{n}"
                                      for uuid, (c, n) in sorted(per.items()))
+
+
+def _by_planted_size(log_dir: Path, verdicts: dict[str, str]) -> str:
+    """'; by the slowdown really planted (the plugin's log beside the run): ...': the spin
+    cannot add less than its own node's time, so on a fast row a 3% plant is larger; the
+    rows planted within half a point of the asked fraction are the ones that test it."""
+    plans: dict[tuple[int, int, int], list[float]] = {}
+    asked = None
+    for f in sorted(log_dir.glob("plant-*.json")) if log_dir.is_dir() else ():
+        doc = json.loads(f.read_text())
+        asked = float(doc.get("fraction", 0.0))
+        for plan in doc.get("plans", ()):
+            plans.setdefault((plan["M"], plan["N"], plan["K"]), []).append(
+                float(plan["expected_fraction"]))
+    if not plans or asked is None:
+        return ""
+    bins: dict[str, list[int]] = {}
+    for key, verdict in verdicts.items():
+        m, n, k = (int(x[1:]) for x in key.split("|")[0].split("-")[:3])
+        got = sorted(plans.get((m, n, k), [float("nan")]))
+        size = got[len(got) // 2]
+        label = ("unknown" if size != size else
+                 f"<= {asked + 0.005:.1%}" if size <= asked + 0.005 else
+                 f"{asked + 0.005:.1%}-{2 * asked:.0%}" if size <= 2 * asked else
+                 f"> {2 * asked:.0%}")
+        counts = bins.setdefault(label, [0, 0])
+        counts[0] += verdict == "SLOWER"
+        counts[1] += 1
+    return (f"; by the slowdown really planted (asked {asked:.0%}): "
+            + ", ".join(f"{b}: {c}/{n} SLOWER" for b, (c, n) in sorted(bins.items())))
 
 
 def main(argv: list[str] | None = None) -> int:

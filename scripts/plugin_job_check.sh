@@ -3,6 +3,8 @@
 # by its entry points, no --plugin), the production matrix in graph mode for the example
 # paths and the production paths, then `harness report` (tables, crossover, plots) with the
 # committed baselines (the example paths' rows read NEW). Everything lands under $OUT.
+# Pass HARNESS_COMMIT=<sha>: the device's copy of the tree may carry no .git, or a stale one
+# (on 2026-12-05 the rows of the tree of 290e49d were labelled e4d086a2f12e-dirty).
 set -uo pipefail
 out=${OUT:-$PWD/device-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1 HARNESS_DATA_CACHE=${HARNESS_DATA_CACHE:-/tmp/harness-data}
