@@ -133,6 +133,13 @@ def real_fleet(root: Path, cpu_run: bool = True) -> dict[str, Path]:
     return dirs
 
 
+def unpack_fixture(name: str, root: Path) -> Path:
+    """Unpack ``tests/fixtures/<name>`` (a tarball of real device results) under ``root``."""
+    with tarfile.open(Path(__file__).parent / "fixtures" / name) as tar:
+        tar.extractall(root, filter="data")
+    return Path(root)
+
+
 #: ``scripts/bisect_acceptance.sh`` on an H200 (issue 20): tests/fixtures/README.md.
 REAL_BISECT = Path(__file__).parent / "fixtures" / "h200-bisect.tar.gz"
 

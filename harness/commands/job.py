@@ -108,14 +108,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def gpu_modes(args) -> list[str]:
+def gpu_modes(args, gpu: tuple[str, str] | None) -> list[str]:
     """The bench's ``--mode`` when the job chose none: graph alone on a GPU (the mode that
     gates there), unless ``--cold``; on the CPU (``--cpu``, or no GPU) the bench's own."""
-    import torch  # heavy: only the measuring commands load torch
-
-    if args.cpu or args.cold or not torch.cuda.is_available():
-        return []
-    return ["--mode", "graph"]
+    return [] if (args.cpu or args.cold or gpu is None) else ["--mode", "graph"]
 
 
 def _common(args) -> list[str]:
@@ -138,16 +134,21 @@ def _gate_record(run_dir: Path, matrix: str) -> tuple[int, dict, dict]:
     return rows, dict(Counter(gate.get("verdicts", {}).values())), gate
 
 
-def _wrong_runner(expected: str | None) -> str | None:
-    """The one-line skip message when the visible GPU is not arch ``expected``, else None."""
+def visible_gpu() -> tuple[str, str] | None:
+    """(arch, model name) of the GPU this process measures on, or None without one."""
     import torch  # heavy: only the measuring commands load torch
 
     from harness.measure.envinfo import arch_label  # heavy: torch (the engine)
 
-    cuda = torch.cuda.is_available()
-    actual = arch_label(torch.device("cuda", torch.cuda.current_device()) if cuda
-                        else torch.device("cpu"))
-    msg = bench.arch_mismatch(expected, actual)
+    if not torch.cuda.is_available():
+        return None
+    device = torch.device("cuda", torch.cuda.current_device())
+    return arch_label(device), torch.cuda.get_device_name(device)
+
+
+def _wrong_runner(expected: str | None, gpu: tuple[str, str] | None) -> str | None:
+    """The one-line skip message when the visible GPU is not arch ``expected``, else None."""
+    msg = bench.arch_mismatch(expected, gpu[0] if gpu else "cpu")
     return msg.replace("harness bench", "harness job") if msg else None
 
 
@@ -200,7 +201,8 @@ def _run_step(argv: list[str]) -> tuple[int, str]:
 def run(args: argparse.Namespace) -> int:
     from harness.measure.envinfo import git_commit  # heavy: torch (the engine)
 
-    wrong = None if (args.cpu or args.force) else _wrong_runner(args.arch)
+    gpu = None if args.cpu else visible_gpu()
+    wrong = None if (args.cpu or args.force) else _wrong_runner(args.arch, gpu)
     if wrong:                  # no step would measure anything here (not even ppl)
         print(wrong)
         if bench.ci_mode(args):
@@ -221,12 +223,12 @@ def run(args: argparse.Namespace) -> int:
     results: list[StepResult] = []
     matrices = [m for s, m in steps if s in wanted and s != "ppl"]
     t0 = time.perf_counter()
-    pre = _prebuild(args, matrices)      # the A/B's other commits compile while the bench runs
+    pre = _prebuild(args, matrices, gpu)   # the A/B's other commits compile during the bench
     if matrices:
         argv = ["bench", "--matrix", ",".join(matrices), *cpu, *arch, *force, *_common(args)]
         argv += ["--no-progress"] if args.no_progress else []
         argv += ["--ci"] if args.ci else []
-        argv += ["--mode", args.mode] if args.mode else gpu_modes(args)
+        argv += ["--mode", args.mode] if args.mode else gpu_modes(args, gpu)
         argv += ["--gpus", args.gpus] if args.gpus else []
         for plugin in args.plugin:
             argv += ["--plugin", plugin]
@@ -314,21 +316,16 @@ def report_hint(run_dir: Path, baselines: str) -> str:
     return f"{'python3' if same else sys.executable} -m harness report {args}"
 
 
-def _prebuild(args, matrices: list[str]) -> prebuild.Prebuild | None:
+def _prebuild(args, matrices: list[str],
+              gpu: tuple[str, str] | None) -> prebuild.Prebuild | None:
     """Start compiling the extension of every commit the gated matrices' baseline rows name
-    (``kernels.prebuild``), on a GPU with the A/B on; None otherwise or when git or the
-    baselines cannot say (the A/B then compiles them itself, or says why it cannot)."""
-    import torch  # heavy: only the measuring commands load torch
-
-    from harness.measure.envinfo import arch_label  # heavy: torch (the engine)
-
-    if args.cpu or not args.ab_confirm or not matrices or not torch.cuda.is_available():
+    (``kernels.prebuild``), on a GPU with the A/B on; None otherwise or when the baselines
+    cannot say (the A/B then compiles them itself, or says why it cannot)."""
+    if args.cpu or not args.ab_confirm or not matrices or gpu is None:
         return None
-    device = torch.device("cuda", torch.cuda.current_device())
-    arch = arch_label(device)
+    arch, name = gpu
     try:
-        base = load_for_model(args.baselines, arch, torch.cuda.get_device_name(device),
-                              matrices)
+        base = load_for_model(args.baselines, arch, name, matrices)
     except EXPECTED_ERRORS:
         return None
     shas = [r.commit for r in base.rows] + [base.environment.commit]

@@ -7,15 +7,13 @@ verdicts row for row."""
 from __future__ import annotations
 
 import json
-import tarfile
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from fleet_runs import unpack_fixture
 
 from harness.cli import main
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "h100-foreign.tar.gz"
 RUNS = {"h1a/aa/459c74c6a67f/sm90": 0, "h1b/regress/6f04b065f1c2/sm90": 1,
         "h2a/aa/459c74c6a67f/sm90": 0, "h2b/regress/4e7b0c0bd381/sm90": 1}
 GATED_PATHS = {"native_int4", "native_int4_fused", "fp16_cache", "marlin_asym"}
@@ -23,10 +21,7 @@ GATED_PATHS = {"native_int4", "native_int4_fused", "fp16_cache", "marlin_asym"}
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    out = tmp_path_factory.mktemp("h100")
-    with tarfile.open(FIXTURE) as tar:
-        tar.extractall(out, filter="data")
-    return out
+    return unpack_fixture("h100-foreign.tar.gz", tmp_path_factory.mktemp("h100"))
 
 
 @pytest.mark.parametrize("run", sorted(RUNS))

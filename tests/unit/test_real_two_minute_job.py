@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tarfile
 from pathlib import Path
 
 import pytest
+from fleet_runs import unpack_fixture
 
 from harness.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE = ROOT / "tests" / "fixtures" / "two-minute-job-h100.tar.gz"
 C = "992f76da0df4/sm90"
 #: run -> (baselines root in the fixture, exit code, rows)
 RUNS = {f"c2/aa/{C}": ("baselines-ref", 0, 380), f"c4/aa/{C}": ("baselines-ref", 0, 380),
@@ -27,10 +26,7 @@ RUNS = {f"c2/aa/{C}": ("baselines-ref", 0, 380), f"c4/aa/{C}": ("baselines-ref",
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
-    out = tmp_path_factory.mktemp("two-minute")
-    with tarfile.open(FIXTURE) as tar:
-        tar.extractall(out, filter="data")
-    return out
+    return unpack_fixture("two-minute-job-h100.tar.gz", tmp_path_factory.mktemp("two-minute"))
 
 
 @pytest.mark.parametrize("run", sorted(RUNS))

@@ -39,13 +39,12 @@ def _args(**kw) -> argparse.Namespace:
     return argparse.Namespace(**{"cpu": False, "cold": False, **kw})
 
 
-def test_the_gpu_job_measures_graph_mode_unless_cold(monkeypatch):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert job.gpu_modes(_args()) == ["--mode", "graph"]
-    assert job.gpu_modes(_args(cold=True)) == []
-    assert job.gpu_modes(_args(cpu=True)) == []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert job.gpu_modes(_args()) == []           # the bench's own choice on a CPU
+def test_the_gpu_job_measures_graph_mode_unless_cold():
+    gpu = ("sm90", "NVIDIA H200")
+    assert job.gpu_modes(_args(), gpu) == ["--mode", "graph"]
+    assert job.gpu_modes(_args(cold=True), gpu) == []
+    assert job.gpu_modes(_args(cpu=True), gpu) == []
+    assert job.gpu_modes(_args(), None) == []           # the bench's own choice on a CPU
 
 
 def test_a_run_of_some_modes_sets_other_modes_aside_but_still_misses_a_lost_path():
