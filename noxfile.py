@@ -39,6 +39,7 @@ WHEELHOUSE = os.environ.get("HARNESS_WHEELHOUSE", ".whl")
 GPU_WHEELS = (
     "optimum-quanto==0.2.7",
     "ruptures==1.1.10",          # `harness history` (steps); its deps numpy/scipy are there
+    "gguf==0.19.0",              # `harness ppl --model smollm2` (docs/perplexity.md §7)
     "nox", "argcomplete", "colorlog", "dependency-groups", "python-discovery",
     "virtualenv", "distlib", "platformdirs", "packaging", "filelock", "attrs",
 )

