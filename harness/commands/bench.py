@@ -26,13 +26,13 @@ from pathlib import Path
 
 from ..cases import MATRICES
 from ..config import load_settings, parse_overrides
+from ..engines import bench_shard
+from ..engines.plugins import load_plugins, peer_plugin_lines
 from ..errors import EXIT_WRONG_RUNNER, worst_exit
 from ..reports.devices import device_spread_lines
 from ..reports.gate import PARTIAL_MODES
 from ..results.environment import STRICT_ENV_HELP
-from . import bench_shard
 from .common import gate_against_baseline, plain, refuse_early
-from .plugins import load_plugins, peer_plugin_lines
 
 ARCH_HELP = "expected GPU arch, e.g. sm90; on a different GPU: skip (exit 0) unless --force"
 

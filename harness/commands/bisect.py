@@ -33,15 +33,8 @@ import math
 import tempfile
 from pathlib import Path
 
-from ..errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, CompareError
-from ..reports.verdicts import RowVerdict
-from ..results.baseline import BaselineNotFoundError
-from ..results.models import load_for_model
-from ..results.schema import SchemaError
-from ..results.store import Run, write_json
-from .bisect_search import LOOK_FOR, Bisector, Outcome, Visit
-from .common import add_settings_args, csv_list, plain, settings_from_args
-from .revisions import (
+from ..engines.bisect_search import LOOK_FOR, Bisector, Outcome, Visit
+from ..engines.revisions import (
     BenchRunner,
     WorktreePool,
     first_parent,
@@ -49,6 +42,13 @@ from .revisions import (
     resolve_revision,
     subprocess_runner,
 )
+from ..errors import EXIT_ERROR, EXIT_FAIL, EXIT_PASS, CompareError
+from ..reports.verdicts import RowVerdict
+from ..results.baseline import BaselineNotFoundError
+from ..results.models import load_for_model
+from ..results.schema import SchemaError
+from ..results.store import Run, write_json
+from .common import add_settings_args, csv_list, plain, settings_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..engines.revisions import first_parent, resolve_revision
 from ..errors import HarnessError
 from ..reports.history import RowKey, build_history, one_model
 from ..reports.history_html import write_history
@@ -26,7 +27,6 @@ from ..results.catalog import archs, stored_runs
 from ..results.models import matrix_dir
 from ..results.schema import SchemaError
 from .common import add_settings_args, csv_list, plain, settings_from_args
-from .revisions import first_parent, resolve_revision
 
 
 class HistoryError(HarnessError, ValueError):

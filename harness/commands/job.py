@@ -14,7 +14,7 @@ the reason; the job's exit status is the worst step's (0 pass, 1 a failing verdi
 results. A/B confirmation (on by default, ``--no-ab-confirm`` skips it): a gated matrix's
 SLOWER rows, and its rows that moved beyond the ``ab_screen`` setting inside their
 margin, are measured again A/B on this machine against the baseline's commit, and that
-reading is their verdict (``harness.commands.ab_step``).
+reading is their verdict (``harness.engines.ab_step``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from ..engines.ab_step import ab_confirm
 from ..errors import (
     EXIT_ERROR,
     EXIT_FAIL,
@@ -54,7 +55,6 @@ from ..reports.job_summary import (  # noqa: F401  (re-exported: the job's summa
 from ..results.models import load_for_model
 from ..results.store import read_meta, read_rows
 from . import bench, ppl
-from .ab_step import ab_confirm
 from .common import plain, settings_from_args
 
 #: (step name, matrix) of the job, in order; ``--cpu``: the CPU paths on the smoke matrix

@@ -16,8 +16,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..engines.plugins import load_plugins
 from .common import plain
-from .plugins import load_plugins
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -11,7 +11,7 @@ so the bench's timing, device-side, keeps its cores); the job waits for it befor
 A commit already built costs a cache look-up; a commit that cannot be checked out (a
 shallow clone) or built is skipped with a line in the log: the A/B then says why itself.
 
-Extension point: none (the A/B's own worktrees and benches are ``commands.revisions``).
+Extension point: none (the A/B's own worktrees and benches are ``engines.revisions``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ rows. An A/B run removes the machine from the comparison: the baseline's own com
 the current one are measured here, interleaved, in git worktrees (``harness compare``),
 and only their difference is judged.
 
-``harness job`` does it (``harness.commands.ab_step``) for the rows the stored-baseline
+``harness job`` does it (``harness.engines.ab_step``) for the rows the stored-baseline
 gate failed as SLOWER and for the gated rows that moved beyond the ``ab_screen`` setting
 inside their margin. This module is the pure part, shared by the job (which measures) and
 by ``harness report`` / ``harness compare`` / ``harness merge`` (which replay it from the

@@ -8,7 +8,7 @@ side's own calibrated margins when A is a stored baseline, and puts the environm
 warnings first among the result's notes (the report header).
 
 Helpers for sides measured in several rounds (``harness compare`` on git revisions,
-``harness.commands.compare``): ``pool_rows`` pools the rounds of one side (samples
+``harness.engines.compare``): ``pool_rows`` pools the rounds of one side (samples
 concatenated) and ``round_margins`` turns their A/A spread into per-case noise margins;
 ``undecided`` names the rows that more rounds could decide, and ``extended_margins`` gives
 those rows, once measured in more rounds, the standard error of the rounds' means as their

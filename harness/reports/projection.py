@@ -5,7 +5,7 @@ RTX 4090) cannot be compared time for time: the models differ by a factor that i
 number (memory-bound decode moves with bandwidth, compute-bound M = 1024 with the tensor
 cores, a scalar kernel with neither) and by a per-row part (cuBLAS picks other kernels).
 ``harness job`` therefore judges such a run on the runner itself
-(``harness.commands.ab_step``):
+(``harness.engines.ab_step``):
 
 1. **the machine factor, measured here**: per *class* of gated rows, (path, mode, M
    bucket: ``M_EDGES``), ``per_class`` rows (``pick_sample``: spread over the class's

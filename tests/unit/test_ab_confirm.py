@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 from harness.cli import main
-from harness.commands.ab_step import ab_confirm_matrix
-from harness.commands.revisions import BenchRequest
 from harness.config import load_settings
+from harness.engines.ab_step import ab_confirm_matrix
+from harness.engines.revisions import BenchRequest
 from harness.reports.ab_confirm import (
     ABRecord,
     ABRow,
@@ -352,7 +352,7 @@ class TwoMatrices(ThisMachine):
 def test_two_matrices_share_one_ab_compare(tmp_path, head_speed, exit_code):
     """production and swiglu flagged in one job: one set of A/B benches (--matrix a,b),
     each matrix's record and verdicts its own."""
-    from harness.commands.ab_step import ab_confirm
+    from harness.engines.ab_step import ab_confirm
 
     repo, base_sha, head_sha = _repo(tmp_path, head_speed)
     env = Environment(arch="sm90", gpu_name="synthetic H200", commit=base_sha[:12])
@@ -384,7 +384,7 @@ def test_two_matrices_share_one_ab_compare(tmp_path, head_speed, exit_code):
 
 # ------------------------------------------- a baseline whose rows come from two commits
 def test_rows_group_by_their_baseline_rows_commit_spelled_either_way():
-    from harness.commands.ab_step import _Pending, commit_groups, row_commit
+    from harness.engines.ab_step import _Pending, commit_groups, row_commit
 
     result = _gate()
     slow = [v for v in result.verdicts if v.path == "marlin_asym"]

@@ -24,9 +24,9 @@ import pytest
 from scipy import stats as sps
 from speed_repos import git, speed_repo
 
-from harness.commands.bench_runner import BenchRequest
-from harness.commands.compare import compare
 from harness.config import load_settings
+from harness.engines.bench_runner import BenchRequest
+from harness.engines.compare import compare
 from harness.reports.stats import mean_difference_margins
 from harness.reports.synthetic import make_rows, resample
 from harness.reports.verdicts import Verdict
@@ -59,7 +59,7 @@ def _head(repo, speed: str) -> None:
 class NoisyBench:
     """Every row as BASE's model; the noisy row x the side's next process offset x the
     revision's speed. A request naming ``rows`` gets only those measured (the others
-    ``unavailable``, as ``harness.commands.bench_rows`` records them)."""
+    ``unavailable``, as ``harness.engines.bench_rows`` records them)."""
 
     def __init__(self):
         self.calls: list[BenchRequest] = []

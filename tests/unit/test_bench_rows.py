@@ -14,14 +14,14 @@ import pandas as pd
 
 from harness.cases.case import GemmCase
 from harness.cases.matrices import smoke as smoke_matrix
-from harness.commands import bench_rows
-from harness.commands.bench_runner import (
+from harness.engines import bench_rows
+from harness.engines.bench_runner import (
     ROWS_ENV,
     ROWS_PLUGIN,
     BenchRequest,
     subprocess_runner,
 )
-from harness.commands.bench_runner import (
+from harness.engines.bench_runner import (
     bench_rows as rows_for_keys,
 )
 from harness.kernels.base import PathRegistry

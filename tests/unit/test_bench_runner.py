@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.commands.bench_runner import (
+from harness.engines.bench_runner import (
     GATE_ENV,
     GATE_PLUGIN,
     BenchRequest,

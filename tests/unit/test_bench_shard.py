@@ -24,7 +24,7 @@ import pytest
 from fleet_runs import ENVS, gpu_rows, write_baseline, write_bench_run
 
 from harness.cli import main
-from harness.commands.bench_shard import case_cost, mixed_models, parse_gpus
+from harness.engines.bench_shard import case_cost, mixed_models, parse_gpus
 from harness.reports.devices import device_spread
 from harness.results.schema import ResultRow, column_names
 from harness.results.store import RunMeta, row_cells
@@ -281,9 +281,9 @@ def test_the_job_passes_gpus_to_its_bench(tmp_path):
 def test_a_row_measured_again_goes_back_to_the_device_that_measured_it(tmp_path):
     """The gate's re-measure of a sharded run: each key to the worker of its row's device."""
     from harness.cases import MATRICES
-    from harness.commands.bench_shard import ShardedBench
-    from harness.commands.shard_worker import WorkerSpec
     from harness.config import load_settings
+    from harness.engines.bench_shard import ShardedBench
+    from harness.engines.shard_worker import WorkerSpec
 
     settings = load_settings(None, {})
     cases = MATRICES.cases("smoke", "kind == 'gemm' and M <= 17")

@@ -15,8 +15,8 @@ import pytest
 
 from harness.cli import main
 from harness.commands.bisect import bisect, report
-from harness.commands.revisions import BenchRequest
 from harness.config import load_settings
+from harness.engines.revisions import BenchRequest
 from harness.errors import CompareError
 from harness.reports.stats import with_samples
 from harness.reports.synthetic import make_rows, resample

@@ -13,8 +13,8 @@ import torch
 
 from harness.cli import main
 from harness.commands.baseline import accept, calibrate
-from harness.commands.compare import compare
 from harness.config import load_settings
+from harness.engines.compare import compare
 from harness.reports.synthetic import make_rows, resample
 from harness.results.baseline import BaselineMeta, baseline_settings, write_baseline_matrix
 from harness.results.environment import (

@@ -16,10 +16,10 @@ from dataclasses import replace
 import pytest
 
 from harness.cli import main
-from harness.commands.ab_step import ab_confirm_matrix
 from harness.commands.common import gate_against_baseline
-from harness.commands.revisions import BenchRequest
 from harness.config import load_settings
+from harness.engines.ab_step import ab_confirm_matrix
+from harness.engines.revisions import BenchRequest
 from harness.reports.ab_confirm import stored_ab
 from harness.reports.gate import evaluate
 from harness.reports.projection import (

@@ -111,7 +111,7 @@ def test_a_cpu_job_with_informational_slower_rows_passes(tmp_path, monkeypatch):
     its CPU-mode SLOWER rows are information, so the job passes (exit 0)."""
     from pathlib import Path
 
-    from harness.commands import plugins as plugins_module
+    from harness.engines import plugins as plugins_module
     from harness.kernels.base import PATHS
 
     out, bl = tmp_path / "r", tmp_path / "bl"

@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 from speed_repos import git, speed_repo
 
-from harness.commands.compare import (
+from harness.config import load_settings
+from harness.engines.compare import (
     BenchRequest,
     CompareError,
     bench_command,
@@ -24,7 +25,6 @@ from harness.commands.compare import (
     compare,
     subprocess_runner,
 )
-from harness.config import load_settings
 from harness.reports.comparison import pool_rows
 from harness.reports.crossover import crossover, dispatch_rule
 from harness.reports.csv_report import REPORT_SCHEMA_VERSION, report_frame, side_by_side_frame

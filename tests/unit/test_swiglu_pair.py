@@ -93,7 +93,7 @@ def test_the_ab_step_benches_derived_rows_through_the_path_they_come_from():
     registered names only: its torch-free table of derived names must match what
     ``paths_for_case`` derives (found on the CPU: an A/B of a swiglu row failed with
     "unknown path 'native_int4_fused'")."""
-    from harness.commands.bench_runner import DERIVED_FROM, bench_paths
+    from harness.engines.bench_runner import DERIVED_FROM, bench_paths
 
     load_all()
     derived = {p.name: src.name for src in PATHS.select(None)

@@ -65,7 +65,7 @@ def test_stored_confirmations_are_replayed_by_report_and_compare(tmp_path, capsy
 def test_cpu_bench_report_and_compare_agree_row_for_row(tmp_path, capsys, monkeypatch):
     """End to end on the CPU: a bench gated against a baseline, with a planted slowdown
     (so rows get confirmed), then report and compare of what it stored."""
-    from harness.commands import plugins as plugins_module
+    from harness.engines import plugins as plugins_module
     from harness.kernels.base import PATHS
 
     monkeypatch.setattr(PATHS, "_paths", dict(PATHS._paths))     # the plugin's swap stays here

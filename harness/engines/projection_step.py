@@ -9,7 +9,7 @@ build cache is shared), every matrix's sample of that commit in one process. Fro
 readings it derives each class's machine factor, projects every gated row's baseline onto
 this runner, and screens the run against the projection (``reports.ab_confirm.
 screen_keys``): the rows it returns to confirm are then measured A/B against the
-baseline's commit like any other (``harness.commands.ab_step``); the others get a
+baseline's commit like any other (``harness.engines.ab_step``); the others get a
 ``projected`` reading (SAME, their change against the projection).
 
 Cost: one bench process per baseline commit (two for the sm90 baselines of 2026-12-05),

@@ -1,4 +1,4 @@
-"""The worker side of ``harness bench --gpus`` (``harness.commands.bench_shard``).
+"""The worker side of ``harness bench --gpus`` (``harness.engines.bench_shard``).
 
 Each worker is one spawned process: ``init_worker`` (its executor's initializer) pins its
 device with CUDA_VISIBLE_DEVICES before anything imports torch, then the first task builds

@@ -1,5 +1,5 @@
 """``--plugin``: extra or wrapped paths from a Python file or module, loaded by ``harness
-bench`` and by each worker of a sharded bench (``harness.commands.bench_shard``), after the
+bench`` and by each worker of a sharded bench (``harness.engines.bench_shard``), after the
 built-in paths (and the installed plugin packages' entry points,
 ``kernels.registry_load.load_entry_points``). Torch-free to import: the registry is imported
 when a plugin is loaded. A plugin that fails to load or register is one ``PluginError``
