@@ -295,8 +295,8 @@ class Steady(GemmPath):
 
 
 def test_a_five_percent_slowdown_is_slower_on_cpu_timed_data():
-    # 0.8 s of 300 us calls per run (~2600 samples): a 2-core machine busy with another test
-    # process read the planted 5% at p = 0.018 with 0.2 s and at p = 0.023 with 0.4 s (CI of
+    # up to 0.8 s of 300 us calls per run (~2600 samples): a 2-core machine busy with another
+    # test process read the planted 5% at p = 0.018 with 0.2 s and at p = 0.023 with 0.4 s (CI of
     # 2026-12-05, +5.5% both times): AMBIGUOUS; z grows with the square root of the samples
     over = {"warmup_ms": 2, "max_case_seconds": 0.8, "min_samples": 10, "max_samples": 100000,
             "target_rel_spread": 0.002}
