@@ -12,3 +12,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def scratch_paths(monkeypatch):
+    """The built-in paths registered, in a copy of the registry this test may change (a
+    plugin it runs adds or swaps paths there; the next test sees the registry as it was)."""
+    from harness.kernels.base import PATHS  # heavy: torch (the path contract)
+    from harness.kernels.registry_load import load_all  # heavy: torch (every path)
+
+    load_all()
+    monkeypatch.setattr(PATHS, "_paths", dict(PATHS._paths))
+    return PATHS

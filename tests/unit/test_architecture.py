@@ -20,13 +20,9 @@ def toy_block() -> str:
     return m.group(1)
 
 
-def test_the_documented_toy_path_runs_and_is_reported(tmp_path, monkeypatch, capsys):
+def test_the_documented_toy_path_runs_and_is_reported(tmp_path, monkeypatch, capsys,
+                                                        scratch_paths):
     from harness.cases import MATRICES
-    from harness.kernels.base import PATHS
-    from harness.kernels.registry_load import load_all
-
-    load_all()
-    monkeypatch.setattr(PATHS, "_paths", dict(PATHS._paths))           # the plugin adds here
     monkeypatch.setattr(MATRICES, "_specs", dict(MATRICES._specs))
     plugin = tmp_path / "toy_path.py"
     plugin.write_text(toy_block(), encoding="utf-8")

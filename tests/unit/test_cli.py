@@ -94,12 +94,7 @@ def _with_func(parser, func):
     return parser
 
 
-def test_harness_paths_lists_every_path_with_its_origin(capsys, tmp_path, monkeypatch):
-    from harness.kernels.base import PATHS
-    from harness.kernels.registry_load import load_all
-
-    load_all()
-    monkeypatch.setattr(PATHS, "_paths", dict(PATHS._paths))   # the plugin's path stays here
+def test_harness_paths_lists_every_path_with_its_origin(capsys, tmp_path, scratch_paths):
     plugin = tmp_path / "extra.py"
     plugin.write_text(
         "from harness.kernels.base import PATHS\n"
@@ -113,4 +108,4 @@ def test_harness_paths_lists_every_path_with_its_origin(capsys, tmp_path, monkey
     for name in ("native_int4", "fp16_cache", "marlin_asym", "tinygemm", "extra_peer"):
         assert name in out
     assert "--plugin" in out and "built-in" in out
-    assert PATHS.origin("extra_peer") == f"--plugin {plugin}"
+    assert scratch_paths.origin("extra_peer") == f"--plugin {plugin}"

@@ -165,15 +165,11 @@ def test_the_h100_policy_reproduces_machine_to_machine(tmp_path):
 
 
 @pytest.mark.slow       # two CPU benches of the smoke matrix's GEMM cases, ~20 s
-def test_a_planted_slowdown_that_loses_a_class_reads_winner_changed(tmp_path, monkeypatch):
+def test_a_planted_slowdown_that_loses_a_class_reads_winner_changed(tmp_path, monkeypatch,
+                                                                   scratch_paths):
     """CPU stand-ins, against the committed CPU baselines: native_int4 wins every smoke
     class there; made 5x slower at M = 16 only, it loses that class to marlin_asym, whose
     row there reads WINNER_CHANGED (information; failing with fail_on_winner_change=1)."""
-    from harness.kernels.base import PATHS
-    from harness.kernels.registry_load import load_all
-
-    load_all()
-    monkeypatch.setattr(PATHS, "_paths", dict(PATHS._paths))    # the plugin's swap stays here
     plugin = tmp_path / "slow_at_m16.py"
     plugin.write_text(
         "from harness.kernels.base import PATHS\n"
