@@ -294,10 +294,17 @@ class Steady(GemmPath):
         return out
 
 
+#: attempts of the CPU-timed plant test: the other xdist worker's load on a 2-core CI
+#: machine comes and goes between the runs compared; a wrong verdict must repeat to fail
+CPU_TIMED_ATTEMPTS = 3
+
+
 def test_a_five_percent_slowdown_is_slower_on_cpu_timed_data():
-    # up to 0.8 s of 300 us calls per run (~2600 samples): a 2-core machine busy with another
-    # test process read the planted 5% at p = 0.018 with 0.2 s and at p = 0.023 with 0.4 s (CI of
-    # 2026-12-05, +5.5% both times): AMBIGUOUS; z grows with the square root of the samples
+    # up to 0.8 s of 300 us calls per run (~2600 samples). On a 2-core machine busy with
+    # another test process one comparison read the planted 5% at p = 0.018 (0.2 s), 0.023
+    # (0.4 s) and 0.13 (0.8 s; CI runs of 2026-12-05, medians +5.4..+5.5%): AMBIGUOUS. So
+    # the whole comparison (clean, planted, re-measured, and its A/A control) gets up to
+    # CPU_TIMED_ATTEMPTS tries; every try's A/A control must hold, one try must call SLOWER.
     over = {"warmup_ms": 2, "max_case_seconds": 0.8, "min_samples": 10, "max_samples": 100000,
             "target_rel_spread": 0.002}
     if "gate_eager_speed" in SETTING_TYPES:
@@ -315,11 +322,16 @@ def test_a_five_percent_slowdown_is_slower_on_cpu_timed_data():
         with plant(path="steady", registry=reg):
             return _run(reg, case, settings)
 
-    base, cur, again = clean_run(), slow_run(), clean_run()
-    result = evaluate(cur, base, settings, remeasure=lambda keys: (clean_run(), slow_run()))
-    v = result.verdicts[0]
-    assert v.verdict == Verdict.SLOWER and v.fails and result.exit_code == 1, v.reasons
+    tries = []
+    for _ in range(CPU_TIMED_ATTEMPTS):
+        base, cur, again = clean_run(), slow_run(), clean_run()
+        aa = evaluate(again, base, settings,
+                      remeasure=lambda keys: (clean_run(), clean_run())).verdicts[0]
+        assert aa.verdict != Verdict.SLOWER, aa.reasons   # the A/A control is never slower
+        result = evaluate(cur, base, settings, remeasure=lambda keys: (clean_run(), slow_run()))
+        v = result.verdicts[0]
+        tries.append(v.reasons)
+        if v.verdict == Verdict.SLOWER:
+            break
+    assert v.verdict == Verdict.SLOWER and v.fails and result.exit_code == 1, tries
     assert 0.03 < v.time_change < 0.20
-    aa = evaluate(again, base, settings,
-                  remeasure=lambda keys: (clean_run(), clean_run())).verdicts[0]
-    assert aa.verdict != Verdict.SLOWER, aa.reasons     # the A/A control is not called slower
