@@ -27,6 +27,7 @@ from harness.engines.bench_runner import (
 from harness.kernels.base import PathRegistry
 from harness.kernels.fp16_cache import Fp16CachePath
 from harness.kernels.marlin.asym import MarlinAsymPath
+from harness.measure.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMER = "tests/planted/fake_timer_plugin.py"
@@ -100,3 +101,21 @@ def test_without_the_variable_the_row_plugin_does_nothing():
     env = {k: v for k, v in os.environ.items() if k != ROWS_ENV}
     proc = _plugin(env)
     assert proc.returncode == 0 and proc.stdout.strip() == "through", proc.stderr
+
+
+def test_an_ab_bench_skips_the_fresh_input_recheck_and_only_that():
+    """The rows plugin makes a bench timing-only: the runner's re-check on fresh inputs
+    (an accuracy check, judged by the job's own bench) no longer runs or fails a row."""
+    class Checked:
+        def _fresh_check(self, *args, **kwargs):
+            raise AssertionError("re-checked")
+
+        def _measure_path(self):
+            return "kept"
+
+    assert bench_rows.timing_only(Checked) is True
+    assert Checked()._fresh_check("case", "path", "prepared", "first", "row") == ""
+    assert Checked()._measure_path() == "kept"
+    assert bench_rows.timing_only(type("Old", (), {})) is False
+    # the name the plugin patches is the runner's own (a rename would silently re-check)
+    assert callable(Runner.__dict__["_fresh_check"])
