@@ -168,8 +168,9 @@ class SlowdownPath(WrappedPath):
     for each M (the runner's untimed accuracy run; it synchronises, which a real path never
     does) the way the gate's graph-mode rows see time: ``planted.sleep_sizing.size_sleep``
     times the inner call over rotated copies with the bench's graph timer and measures the
-    spin's share closed-loop. Where the spin's node alone costs more than ``fraction`` of
-    the call, the planted slowdown is larger than asked. ``plans_by_shape[(M, N, K)]``
+    spin's share closed-loop; where the spin's node would cost more than that share, the
+    spin goes after every ``period``-th call only, sized for ``period`` calls (the gate's
+    graph rows time batches of many calls). ``plans_by_shape[(M, N, K)]``
     keeps what was measured, the slowdown to expect and the one measured, so a study (or
     the plugin's log) can report the slowdown it really planted. Falls back to events
     around single eager calls when a capture fails.
@@ -187,12 +188,16 @@ class SlowdownPath(WrappedPath):
             self.inner.run(prepared, A, out)
             clock.wait((clock.now() - t0) * self.fraction)
             return out
-        cycles = self._cycles(prepared, A, out)
+        period, cycles = self._spin(prepared, A, out)
         self.inner.run(prepared, A, out)
-        torch.cuda._sleep(cycles)
+        counts = prepared.state.setdefault("_planted_sleep_calls", {})
+        M = int(A.shape[0])
+        counts[M] = counts.get(M, 0) + 1
+        if counts[M] % period == 0:      # captured calls count too: R/period spins a graph
+            torch.cuda._sleep(cycles)
         return out
 
-    def _cycles(self, prepared, A, out) -> int:
+    def _spin(self, prepared, A, out) -> tuple[int, int]:
         table = prepared.state.setdefault("_planted_sleep_cycles", {})
         M = int(A.shape[0])
         if M not in table:
@@ -201,7 +206,7 @@ class SlowdownPath(WrappedPath):
             table[M] = self.calibrate(prepared, A, out)
         return table[M]
 
-    def calibrate(self, prepared, A, out) -> int:
+    def calibrate(self, prepared, A, out) -> tuple[int, int]:
         """Sleep cycles that make one call ``fraction`` slower as the gate's graph rows
         see it (``planted.sleep_sizing``: rotated copies, the bench's graph timer, the
         spin's share measured closed-loop); eager calls between events when the call
@@ -214,7 +219,7 @@ class SlowdownPath(WrappedPath):
             plan["graph_failed"] = f"{type(exc).__name__}: {exc}"[:300]
         shape = (int(A.shape[0]), int(out.shape[1]), int(A.shape[1]))
         self.plans_by_shape.setdefault(shape, []).append(plan)
-        return int(plan["cycles"])
+        return int(plan.get("period", 1)), int(plan["cycles"])
 
 
 class SideStreamPath(WrappedPath):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from planted import defects
+from planted import defects, sleep_sizing
 
 from harness.cases.case import GemmCase
 from harness.config import SETTING_TYPES, load_settings
@@ -335,3 +335,17 @@ def test_a_five_percent_slowdown_is_slower_on_cpu_timed_data():
             break
     assert v.verdict == Verdict.SLOWER and v.fails and result.exit_code == 1, tries
     assert 0.03 < v.time_change < 0.20
+
+
+def test_the_spin_period_leaves_the_node_a_bounded_share_of_the_planted_time():
+    """3% of a 10-µs call is 0.3 µs, under a spin node's own ~1.2 µs: the spin goes after
+    every period-th call, the node at most NODE_SHARE of the period's planted time; calls
+    long enough keep one spin per call; nonsense readings fall back to one per call."""
+    assert sleep_sizing.spin_period(0.03, 10.0, 1.2) == 6            # 1.2 / (0.75 * 0.3)
+    for fraction, inner, node in ((0.03, 10.0, 1.2), (0.03, 41.0, 1.5), (0.05, 7.0, 2.0)):
+        p = sleep_sizing.spin_period(fraction, inner, node)
+        assert node <= sleep_sizing.NODE_SHARE * fraction * inner * p
+        assert p == 1 or node > sleep_sizing.NODE_SHARE * fraction * inner * (p - 1)
+    assert sleep_sizing.spin_period(0.03, 200.0, 1.2) == 1
+    assert sleep_sizing.spin_period(0.03, 10.0, -0.4) == 1           # the node hid behind
+    assert sleep_sizing.spin_period(0.03, float("nan"), 1.2) == 1
