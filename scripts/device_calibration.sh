@@ -11,7 +11,11 @@
 #   samemodel  the nox run of this call accepted as the GPU model's own baseline, then the
 #           nox job again (the same-model job on this model), results under same/
 #   regress a real regression committed on top (fp16_cache through a temporary), then the
-#           nox job again, results under regress/ (issue 36; needs FROM_BUNDLE)
+#           nox job again, results under regress/ (issue 36; needs FROM_BUNDLE);
+#           regressforeign: the same commit judged against the reference model's baseline
+#           alone (as "foreign"), under regressforeign/ (either or both may be named)
+#   foreign `nox -s bench-sm90` against baselines/ without models/ (a GPU model with a
+#           baseline of its own judged as one without: issue 36), results under foreign/
 #   job2    a second process of the job on the same machine, results under aa2/
 #   nox2    `nox -s bench-sm90` again on the same machine (a runner that has run it before:
 #           builds and case data cached), results under aa2/
@@ -109,15 +113,27 @@ fi
 # fp16_cache computes into a temporary and copies it into `out`; then `nox -s bench-sm90`,
 # results under regress/. On a GPU model without a baseline of its own, the job judges it on
 # the runner (machine factor + A/B against the baseline's commit, docs/measurement.md §16).
-if [[ $steps == *" regress "* ]]; then
+if [[ $steps == *" regress "* || $steps == *" regressforeign "* ]]; then
   sed -i 's/torch.matmul(A, prepared.state\["W"\], out=out)/out.copy_(torch.matmul(A, prepared.state["W"]))/' \
     harness/kernels/fp16_cache.py
   git -c user.email=device@harness -c user.name=device commit -qam \
     "planted regression: fp16_cache computes into a temporary, then copies it into out"
   echo "regress commit $(git rev-parse HEAD) $(git diff --stat HEAD~1 | tail -1)" | tee -a "$out/$tag-times.txt"
-  step regress python3 -m nox -s bench-sm90 -- --out "$res/regress" --no-progress ${NOX_ARGS:-} \
-    && tail -14 "$logs/$tag-regress.log"
+  [[ $steps == *" regress "* ]] && step regress python3 -m nox -s bench-sm90 -- \
+    --out "$res/regress" --no-progress ${NOX_ARGS:-} && tail -14 "$logs/$tag-regress.log"
+  [[ $steps == *" regressforeign "* ]] && step regressforeign python3 -m nox -s bench-sm90 -- \
+    --out "$res/regressforeign" --baselines "$refroot" --no-progress ${NOX_ARGS:-} \
+    && tail -14 "$logs/$tag-regressforeign.log"
 fi
+# foreign (issue 36): `nox -s bench-sm90` against the arch's reference model's baseline
+# alone (a copy of baselines/ without models/): on a GPU model that has its own baseline
+# (baselines/<arch>/models/<model>/), the job as a runner of a model without one runs it
+# (machine factor + A/B against the baseline's commit), results under foreign/; with
+# "regress" named too, the regression commit is judged that way as well (regressforeign/)
+refroot=/tmp/baselines-reference-$tag
+rm -rf "$refroot" && cp -r baselines "$refroot" && rm -rf "$refroot"/*/models
+[[ $steps == *" foreign "* ]] && step foreign python3 -m nox -s bench-sm90 -- --out "$res/foreign" \
+  --baselines "$refroot" --no-progress ${NOX_ARGS:-} && tail -14 "$logs/$tag-foreign.log"
 # samemodel (issue 36): the nox run of this call (aa/) accepted as this GPU model's own
 # baseline (baselines/<arch>/models/<model>/ of the clone), then `nox -s bench-sm90` again:
 # the same-model job on this model, its time beside the foreign job's, results under same/
@@ -147,7 +163,8 @@ if [[ $steps == *" report "* ]]; then
   for d in "$res"/*/*/sm90; do
     [ -d "$d" ] || continue
     extra=(); [[ $d == */planted/* || $d == */plantedjob*/* ]] && extra=(--partial)
-    python3 -m harness report "$d" --baseline baselines "${extra[@]}" \
+    root=baselines; [[ $d == */foreign/* || $d == */regressforeign/* ]] && root=$refroot
+    python3 -m harness report "$d" --baseline "$root" "${extra[@]}" \
       >> "$logs/$tag-report.log" 2>&1
     echo "report $d rc=$?" | tee -a "$out/$tag-times.txt"
   done
