@@ -109,31 +109,6 @@ fi
   && tail -12 "$logs/$tag-nox2.log"
 [[ $steps == *" job2 "* ]] && step job2 python3 -m harness job --arch sm90 --out "$res/aa2" --no-progress ${JOB_ARGS:-} \
   && tail -12 "$logs/$tag-job2.log"
-# regress (issue 36): a real regression committed on top of the clone (needs FROM_BUNDLE):
-# fp16_cache computes into a temporary and copies it into `out`; then `nox -s bench-sm90`,
-# results under regress/. On a GPU model without a baseline of its own, the job judges it on
-# the runner (machine factor + A/B against the baseline's commit, docs/measurement.md §16).
-if [[ $steps == *" regress "* || $steps == *" regressforeign "* ]]; then
-  sed -i 's/torch.matmul(A, prepared.state\["W"\], out=out)/out.copy_(torch.matmul(A, prepared.state["W"]))/' \
-    harness/kernels/fp16_cache.py
-  git -c user.email=device@harness -c user.name=device commit -qam \
-    "planted regression: fp16_cache computes into a temporary, then copies it into out"
-  echo "regress commit $(git rev-parse HEAD) $(git diff --stat HEAD~1 | tail -1)" | tee -a "$out/$tag-times.txt"
-  [[ $steps == *" regress "* ]] && step regress python3 -m nox -s bench-sm90 -- \
-    --out "$res/regress" --no-progress ${NOX_ARGS:-} && tail -14 "$logs/$tag-regress.log"
-  [[ $steps == *" regressforeign "* ]] && step regressforeign python3 -m nox -s bench-sm90 -- \
-    --out "$res/regressforeign" --baselines "$refroot" --no-progress ${NOX_ARGS:-} \
-    && tail -14 "$logs/$tag-regressforeign.log"
-fi
-# foreign (issue 36): `nox -s bench-sm90` against the arch's reference model's baseline
-# alone (a copy of baselines/ without models/): on a GPU model that has its own baseline
-# (baselines/<arch>/models/<model>/), the job as a runner of a model without one runs it
-# (machine factor + A/B against the baseline's commit), results under foreign/; with
-# "regress" named too, the regression commit is judged that way as well (regressforeign/)
-refroot=/tmp/baselines-reference-$tag
-rm -rf "$refroot" && cp -r baselines "$refroot" && rm -rf "$refroot"/*/models
-[[ $steps == *" foreign "* ]] && step foreign python3 -m nox -s bench-sm90 -- --out "$res/foreign" \
-  --baselines "$refroot" --no-progress ${NOX_ARGS:-} && tail -14 "$logs/$tag-foreign.log"
 # samemodel (issue 36): the nox run of this call (aa/) accepted as this GPU model's own
 # baseline (baselines/<arch>/models/<model>/ of the clone), then `nox -s bench-sm90` again:
 # the same-model job on this model, its time beside the foreign job's, results under same/
@@ -157,6 +132,31 @@ fi
   HARNESS_PLANT_FRACTION="${PLANT_FRACTION:-0.05}" HARNESS_PLANT_LOG_DIR="$res/plantedjob/plant-log" \
   python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob" --no-progress \
   --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-} && tail -14 "$logs/$tag-plantedjob.log"
+# foreign (issue 36): `nox -s bench-sm90` against the arch's reference model's baseline
+# alone (a copy of baselines/ without models/): on a GPU model that has its own baseline
+# (baselines/<arch>/models/<model>/), the job as a runner of a model without one runs it
+# (machine factor + A/B against the baseline's commit), results under foreign/; with
+# "regress" named too, the regression commit is judged that way as well (regressforeign/)
+refroot=/tmp/baselines-reference-$tag
+rm -rf "$refroot" && cp -r baselines "$refroot" && rm -rf "$refroot"/*/models
+[[ $steps == *" foreign "* ]] && step foreign python3 -m nox -s bench-sm90 -- --out "$res/foreign" \
+  --baselines "$refroot" --no-progress ${NOX_ARGS:-} && tail -14 "$logs/$tag-foreign.log"
+# regress (issue 36): a real regression committed on top of the clone (needs FROM_BUNDLE):
+# fp16_cache computes into a temporary and copies it into `out`; then `nox -s bench-sm90`,
+# results under regress/. On a GPU model without a baseline of its own, the job judges it on
+# the runner (machine factor + A/B against the baseline's commit, docs/measurement.md §16).
+if [[ $steps == *" regress "* || $steps == *" regressforeign "* ]]; then
+  sed -i 's/torch.matmul(A, prepared.state\["W"\], out=out)/out.copy_(torch.matmul(A, prepared.state["W"]))/' \
+    harness/kernels/fp16_cache.py
+  git -c user.email=device@harness -c user.name=device commit -qam \
+    "planted regression: fp16_cache computes into a temporary, then copies it into out"
+  echo "regress commit $(git rev-parse HEAD) $(git diff --stat HEAD~1 | tail -1)" | tee -a "$out/$tag-times.txt"
+  [[ $steps == *" regress "* ]] && step regress python3 -m nox -s bench-sm90 -- \
+    --out "$res/regress" --no-progress ${NOX_ARGS:-} && tail -14 "$logs/$tag-regress.log"
+  [[ $steps == *" regressforeign "* ]] && step regressforeign python3 -m nox -s bench-sm90 -- \
+    --out "$res/regressforeign" --baselines "$refroot" --no-progress ${NOX_ARGS:-} \
+    && tail -14 "$logs/$tag-regressforeign.log"
+fi
 # report: `harness report` on every stored run of this call, gated against the committed
 # baselines (the verdict agreement line is the check: report == bench, row for row)
 if [[ $steps == *" report "* ]]; then

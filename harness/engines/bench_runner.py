@@ -6,13 +6,14 @@
   ``PYTHONPATH`` = the worktree, so each revision is measured by its own code. Called
   (``runner(req)``), one bench at a time. Its ``start`` / ``release`` / ``finish`` /
   ``abort`` let ``run_pipelined`` start the next bench while the current one measures:
-  the next process imports torch, creates its CUDA context and loads the paths, then
-  waits at a gate (``bench_gate.py``, given as the first ``--plugin``: plugins load after
-  the paths and before anything is measured) until the current bench has exited. Only one
-  bench measures at a time; what is hidden is each process's start (about 4 s of the 7-15 s
-  an A/B bench took on the H200). Every bench measures while the next one starts up (the
-  last one beside a shadow of itself, stopped at its gate), so whatever a starting process
-  costs the measuring one is the same for every bench of both sides.
+  the next processes (``AHEAD``, two) import torch, create their CUDA contexts and load
+  the paths, then wait at a gate (``bench_gate.py``, given as the first ``--plugin``:
+  plugins load after the paths and before anything is measured) until the current bench
+  has exited. Only one bench measures at a time; what is hidden is each process's start
+  (about 5 s; an A/B bench of a few rows measures for 2-10 s). Every bench measures while
+  later ones start up (the last ones beside shadows of the last, stopped at their gates),
+  so whatever a starting process costs the measuring one is the same for every bench of
+  both sides.
 * ``with_requests(runner, fn)``: the runner with ``fn`` applied to every request, its
   pipelining kept (the job's A/B gives its plugins to one side this way).
 * ``BenchRequest.rows``: the exact (case, path) rows to measure; the runner writes them
@@ -31,6 +32,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -204,37 +206,53 @@ def with_requests(runner, fn: Callable[[BenchRequest], BenchRequest]):
     return _Mapped(runner, fn)
 
 
+#: Benches started ahead of the one measuring. A bench process takes ~5 s to start (python,
+#: torch, the CUDA context, the paths) and an A/B bench of a few rows measures for 2-4 s,
+#: so with one started ahead every such bench waited for its own start: 5.5 s per bench
+#: for 2 s of measuring in the foreign job's A/B of d1, 2026-12-05 (H100). With two ahead,
+#: one of them is still starting while a bench measures, as with one ahead.
+AHEAD = 2
+
+
 def run_pipelined(runner, reqs: Sequence[BenchRequest],
                   on_start: Callable[[int], object] = lambda i: None,
-                  on_done: Callable[[int], object] = lambda i: None) -> None:
+                  on_done: Callable[[int], object] = lambda i: None,
+                  ahead: int = AHEAD) -> None:
     """Run ``reqs`` in order, one measuring at a time; with a pipelining runner the next
-    bench is started (and held at its gate) while the current one measures.
-    ``on_start(i)`` runs when request i may start measuring, ``on_done(i)`` when it is done.
-    A failure kills the bench held at its gate and propagates."""
+    ``ahead`` benches are started (and held at their gates) while the current one
+    measures. ``on_start(i)`` runs when request i may start measuring, ``on_done(i)`` when
+    it is done. A failure kills the benches held at their gates and propagates."""
     if not hasattr(runner, "start"):
         for i, req in enumerate(reqs):
             on_start(i)
             runner(req)
             on_done(i)
         return
-    nxt = runner.start(reqs[0]) if reqs else None
-    for i in range(len(reqs)):
-        cur = nxt
-        on_start(i)
-        runner.release(cur)
-        # the last bench too measures beside a starting process: a shadow of it, stopped
-        # at its gate, so every bench of both sides measures under the same conditions
-        nxt = runner.start(reqs[i + 1] if i + 1 < len(reqs) else shadow(reqs[i]))
-        try:
+    if not reqs:
+        return
+    ahead = max(1, ahead)
+
+    def begin(j: int):
+        # past the last request: shadows of it, stopped at their gates, so the last benches
+        # too measure beside starting processes, as every other bench of both sides does
+        return runner.start(reqs[j] if j < len(reqs) else shadow(reqs[-1], j - len(reqs)))
+
+    held = deque(begin(j) for j in range(ahead))
+    try:
+        for i in range(len(reqs)):
+            cur = held.popleft()
+            on_start(i)
+            runner.release(cur)
+            held.append(begin(i + ahead))
             runner.finish(cur)
-        except BaseException:
-            runner.abort(nxt)
-            raise
-        on_done(i)
-    runner.abort(nxt)
+            on_done(i)
+    finally:                                  # done, or failed: the held ones go
+        for h in held:
+            runner.abort(h)
 
 
-def shadow(req: BenchRequest) -> BenchRequest:
-    """A bench that ``run_pipelined`` starts and stops at its gate (it measures nothing):
-    its log goes to ``<out_dir>.shadow.log``."""
-    return replace(req, out_dir=req.out_dir.with_name(req.out_dir.name + ".shadow"))
+def shadow(req: BenchRequest, k: int = 0) -> BenchRequest:
+    """The k-th bench that ``run_pipelined`` starts and stops at its gate after ``req``, the
+    last (it measures nothing): its log goes to ``<out_dir>.shadow[k].log``."""
+    suffix = ".shadow" + (str(k + 1) if k else "")
+    return replace(req, out_dir=req.out_dir.with_name(req.out_dir.name + suffix))

@@ -111,9 +111,10 @@ def project(result: GateResult, matrix: str, measured: Mapping[tuple[str, Key], 
     current = [v.current for v in judged if v.key in have]
     # the factors come from projection_sample rows per class: a path's median against them
     # scatters by ~1% (two fresh H100s), so on another model the path screen is ab_screen's
-    # (a 1% one sent 62 of 168 production rows of an unchanged H100 run to A/B, 2026-12-05)
+    # (a 1% one sent 62 of 168 production rows of an unchanged H100 run to A/B, 2026-12-05);
+    # the projection has removed each class's factor already: a path's own move is the one
     wide = replace(settings, ab_path_screen=max(settings.ab_path_screen, settings.ab_screen))
-    screened = screen_keys(current, projected, wide)
+    screened = screen_keys(current, projected, wide, against_others=False)
     projection = Projection(reference_model, runner_model, factors,
                             settings.projection_sample,
                             tuple(sorted("|".join(k) for k in mine if k in have)))

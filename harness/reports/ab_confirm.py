@@ -140,31 +140,56 @@ def _finite(x: float) -> float | None:
 
 
 def screen_keys(current: Sequence[ResultRow], baseline: Sequence[ResultRow],
-                settings: Settings, *, partial: bool | str = False) -> set[Key]:
+                settings: Settings, *, partial: bool | str = False,
+                against_others: bool = True) -> set[Key]:
     """The gated rows A/B must decide, against a baseline from another machine:
 
     * a row whose median moved beyond ``settings.ab_screen`` (Mann-Whitney significant),
       whatever its cross-machine margin: the gate with min_effect = ab_screen, no margins;
-    * every gated row of a (path, mode) whose median change over its rows is beyond
-      ``ab_path_screen`` (1%): a path-wide move (a launch more, a slower kernel) is what
-      most slowdowns look like, while an unchanged build moves a path by the machine's own
-      offset (fresh H200s: -1.2%..+0.1% at a path's median, up to 5% on single small rows;
-      §9): a 3% slowdown of a path on a machine 1.2% faster than the baseline's still
-      sends all of the path's rows to A/B, where the row-level screen would miss half.
+    * every gated row of a (path, mode) that moved as a whole against the other paths:
+      its median change minus the median of the other paths' (``path_moves``) beyond
+      ``ab_path_screen`` (1%). A path-wide move (a launch more, a slower kernel) is what
+      most slowdowns look like, while an unchanged build moves every path by about the
+      machine's own offset: three fresh H200s put the paths' medians at -1.2%..+0.1%
+      (§9), and on a second H100 against the first's baseline the paths of a matrix
+      moved +0.0..+2.1% together (d1 of 2026-12-05), sending 14 unchanged SwiGLU rows
+      to A/B under an absolute 1%. Against the others, a 3% slowdown of one path on a
+      machine 1.2% faster still reads +3%, and the machine's offset sends nothing.
+      ``against_others=False`` (or fewer than two other paths in the mode): the path's
+      own median change, as where the baseline was already projected onto this machine.
     """
     loose = replace(settings, min_effect=settings.ab_screen)
     res = evaluate(current, baseline, loose, margins={}, partial=partial)
     keys = {v.key for v in res.failures if v.verdict == Verdict.SLOWER}
-    by_path: dict[tuple[str, str], list] = defaultdict(list)
+    moves = path_moves(res.verdicts, against_others)
     for v in res.verdicts:
-        if (v.current is not None and v.baseline is not None and v.current.status == "ok"
-                and v.baseline.status == "ok" and math.isfinite(v.time_change)
+        if (_both_ok(v) and moves.get((v.path, v.mode), 0.0) > settings.ab_path_screen
                 and row_fails(Verdict.SLOWER, v.current.role, v.mode, settings)):
-            by_path[(v.path, v.mode)].append(v)
-    for rows in by_path.values():
-        if median([v.time_change for v in rows]) > settings.ab_path_screen:
-            keys |= {v.key for v in rows}
+            keys.add(v.key)
     return keys
+
+
+def _both_ok(v) -> bool:
+    """A row timed on both sides (its time change is a number)."""
+    return (v.current is not None and v.baseline is not None and v.current.status == "ok"
+            and v.baseline.status == "ok" and math.isfinite(v.time_change))
+
+
+def path_moves(verdicts: Sequence, against_others: bool = True) -> dict[tuple[str, str], float]:
+    """(path, mode) -> its move: the median time change of its rows measured on both
+    sides, less the median of the other paths' medians in that mode (paths and peers
+    alike: all measured on this machine) where there are at least two others and
+    ``against_others``."""
+    changes: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for v in verdicts:
+        if _both_ok(v):
+            changes[(v.path, v.mode)].append(v.time_change)
+    own = {k: median(c) for k, c in changes.items()}
+    moves = {}
+    for (path, mode), m in own.items():
+        others = [x for (p, md), x in own.items() if md == mode and p != path]
+        moves[(path, mode)] = m - median(others) if against_others and len(others) >= 2 else m
+    return moves
 
 
 def stored_ab(meta) -> ABRecord | None:

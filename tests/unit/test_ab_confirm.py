@@ -19,6 +19,7 @@ from harness.reports.ab_confirm import (
     ABRecord,
     ABRow,
     apply_ab,
+    path_moves,
     record_for,
     same_commit,
     screen_keys,
@@ -446,3 +447,20 @@ def test_a_mixed_commit_baseline_gets_one_compare_per_commit_each_with_its_rows(
     assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
     text = (tmp_path / "rep" / "report.csv").read_text()
     assert f"against {mid_sha[:12]}:" in text and f"against {base_sha[:12]}:" in text
+
+
+def test_the_path_screen_reads_a_path_against_the_others_not_the_machine_offset():
+    """Every path 1.5% slower (another machine of the model): no path moved against the
+    others, and 1.5% is inside the row screen: nothing to A/B, where an absolute 1% path
+    screen sent every gated row. One path 1.5% beyond the others: that path, whole."""
+    paths = {r.path for r in BASE if r.status == "ok"}
+    assert len(paths) >= 3
+    everything = {r.key: 0.015 for r in BASE}
+    assert screen_keys(_moved(everything), BASE, S) == set()
+    assert screen_keys(_moved(everything), BASE, S, against_others=False) == {
+        r.key for r in BASE if r.status == "ok" and r.role == "path"}
+    asym = {r.key for r in BASE if r.path == "marlin_asym" and r.status == "ok"}
+    one_more = {k: (0.03 if k in asym else 0.015) for k in everything}
+    assert screen_keys(_moved(one_more), BASE, S) == asym
+    moves = path_moves(evaluate(_moved(one_more), BASE, S, margins={}).verdicts)
+    assert moves[("marlin_asym", "graph")] == pytest.approx(0.015, abs=1e-6)

@@ -38,7 +38,10 @@ class Recorder:
         self.events.append(("call", req.round))
 
     def start(self, req):
-        i = int(req.revision[3:]) + (100 if req.out_dir.name.endswith(".shadow") else 0)
+        # the k-th shadow of request i is 100 * k + i (".shadow", ".shadow2", ...)
+        tail = req.out_dir.name.partition(".shadow")
+        k = (int(tail[2] or 1) if tail[1] else 0)
+        i = int(req.revision[3:]) + 100 * k
         self.events.append(("start", i))
         return i
 
@@ -54,10 +57,21 @@ class Recorder:
         self.events.append(("abort", i))
 
 
+def _one_released_at_a_time(events) -> None:
+    """Never two released and unfinished: bench i+1 is released only after i finished."""
+    open_ = set()
+    for what, i in events:
+        if what == "release":
+            open_.add(i)
+            assert len(open_) == 1, events
+        elif what == "finish":
+            open_.discard(i)
+
+
 def test_one_measures_at_a_time_and_the_next_starts_meanwhile():
     rec, seen = Recorder(), []
     run_pipelined(rec, _reqs(4), on_start=lambda i: seen.append(("measure", i)),
-                  on_done=lambda i: seen.append(("done", i)))
+                  on_done=lambda i: seen.append(("done", i)), ahead=1)
     assert rec.events == [("start", 0), ("release", 0), ("start", 1), ("finish", 0),
                           ("release", 1), ("start", 2), ("finish", 1),
                           ("release", 2), ("start", 3), ("finish", 2),
@@ -66,26 +80,41 @@ def test_one_measures_at_a_time_and_the_next_starts_meanwhile():
     # which is stopped at its gate and never released
     assert seen == [("measure", 0), ("done", 0), ("measure", 1), ("done", 1),
                     ("measure", 2), ("done", 2), ("measure", 3), ("done", 3)]
-    # never two released and unfinished: bench i+1 is released only after i finished
-    open_ = set()
-    for what, i in rec.events:
-        if what == "release":
-            open_.add(i)
-            assert len(open_) == 1, rec.events
-        elif what == "finish":
-            open_.discard(i)
+    _one_released_at_a_time(rec.events)
 
 
-def test_a_failure_kills_the_bench_held_at_its_gate():
+def test_two_ahead_start_two_benches_behind_the_measuring_one():
+    """The default: while bench i measures, i+1 (started earlier, held) and i+2 (starting);
+    the last two measure beside the last one's shadows, both stopped at their gates."""
+    rec = Recorder()
+    run_pipelined(rec, _reqs(3))
+    assert rec.events == [("start", 0), ("start", 1),
+                          ("release", 0), ("start", 2), ("finish", 0),
+                          ("release", 1), ("start", 102), ("finish", 1),
+                          ("release", 2), ("start", 202), ("finish", 2),
+                          ("abort", 102), ("abort", 202)]
+    _one_released_at_a_time(rec.events)
+    one = Recorder()
+    run_pipelined(one, _reqs(1))
+    assert one.events == [("start", 0), ("start", 100), ("release", 0), ("start", 200),
+                          ("finish", 0), ("abort", 100), ("abort", 200)]
+
+
+def test_a_failure_kills_the_benches_held_at_their_gates():
     rec = Recorder(fail=1)
     with pytest.raises(CompareError, match="bench 1 failed"):
-        run_pipelined(rec, _reqs(4))
+        run_pipelined(rec, _reqs(4), ahead=1)
     assert rec.events[-2:] == [("finish", 1), ("abort", 2)]
     assert ("release", 2) not in rec.events
     rec = Recorder(fail=3)                                      # the last one: its shadow
     with pytest.raises(CompareError, match="bench 3 failed"):
-        run_pipelined(rec, _reqs(4))
+        run_pipelined(rec, _reqs(4), ahead=1)
     assert rec.events[-2:] == [("finish", 3), ("abort", 103)]
+    rec = Recorder(fail=1)                                      # two held: both go
+    with pytest.raises(CompareError, match="bench 1 failed"):
+        run_pipelined(rec, _reqs(4))
+    assert rec.events[-3:] == [("finish", 1), ("abort", 2), ("abort", 3)]
+    assert not {("release", 2), ("release", 3)} & set(rec.events)
 
 
 def test_plain_callables_run_in_order_and_mapping_keeps_pipelining():
@@ -98,7 +127,7 @@ def test_plain_callables_run_in_order_and_mapping_keeps_pipelining():
     assert hasattr(mapped, "start")
     run_pipelined(mapped, _reqs(2))
     assert rec.events[0] == ("start", 0) and ("finish", 1) in rec.events
-    assert rec.events[-1] == ("abort", 101)
+    assert rec.events[-2:] == [("abort", 101), ("abort", 201)]
     mapped(_reqs(1)[0])
     assert rec.events[-1] == ("call", 7)                       # fn applied to a plain call
     assert not hasattr(with_requests(lambda req: None, lambda r: r), "start")
