@@ -240,8 +240,10 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
             out.append(judged_here(v, ab, record.projection, said, result.settings))
             here[(out[-1].verdict.value, "A/B" if not ab.source else ab.source)] += 1
             continue
-        if v.verdict == Verdict.SAME and not v.fails and v.current is not None:
-            if ab.verdict == Verdict.SLOWER.value:      # inside the margin, slower here
+        if v.verdict in (Verdict.SAME, Verdict.FASTER) and not v.fails and v.current is not None:
+            # inside the margin, or faster than a baseline from another machine: the A/B
+            # against the baseline's commit on this machine is the reading that counts
+            if ab.verdict == Verdict.SLOWER.value:
                 out.append(replace(v, verdict=Verdict.SLOWER, fails=True, reasons=v.reasons + (
                     f"found by the A/B screen (moved {v.time_change:+.2%} against the stored "
                     f"baseline) and confirmed by {said}",)))

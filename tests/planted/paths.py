@@ -180,6 +180,7 @@ class SlowdownPath(WrappedPath):
         super().__init__(inner)
         self.fraction = float(fraction)
         self.plans_by_shape: dict[tuple[int, int, int], list[dict]] = {}
+        self.calls: dict[int, int] = {}
 
     def run(self, prepared, A, out):
         if prepared.device.type != "cuda":
@@ -190,10 +191,12 @@ class SlowdownPath(WrappedPath):
             return out
         period, cycles = self._spin(prepared, A, out)
         self.inner.run(prepared, A, out)
-        counts = prepared.state.setdefault("_planted_sleep_calls", {})
+        # one count per M across the rotated copies of the weight (each a Prepared of its
+        # own, its state deep-copied): per copy, a graph's spins varied by up to a spin per
+        # copy, and the 3% plant read +5-6.5% on some rows (d2 of 2026-12-05)
         M = int(A.shape[0])
-        counts[M] = counts.get(M, 0) + 1
-        if counts[M] % period == 0:      # captured calls count too: R/period spins a graph
+        self.calls[M] = self.calls.get(M, 0) + 1
+        if self.calls[M] % period == 0:    # captured calls count too: R/period spins a graph
             torch.cuda._sleep(cycles)
         return out
 

@@ -464,3 +464,23 @@ def test_the_path_screen_reads_a_path_against_the_others_not_the_machine_offset(
     assert screen_keys(_moved(one_more), BASE, S) == asym
     moves = path_moves(evaluate(_moved(one_more), BASE, S, margins={}).verdicts)
     assert moves[("marlin_asym", "graph")] == pytest.approx(0.015, abs=1e-6)
+
+
+def test_a_row_faster_than_a_baseline_from_another_machine_is_still_judged_by_its_ab():
+    """A row this machine runs 8% faster than the stored baseline's reads FASTER on the
+    cross-machine gate; a 3% slowdown there still reads FASTER. Its A/B against the
+    baseline's commit on this machine reads SLOWER: that is its verdict (d2 of 2026-12-05:
+    two planted fp16_cache rows stayed FASTER with an A/B reading of SLOWER)."""
+    result = None
+    for key in (r.key for r in BASE if r.status == "ok" and r.role == "path"):
+        result = evaluate(_moved({key: 0.92 * 1.03 - 1}), BASE, S)
+        [v] = [v for v in result.verdicts if v.key == key]
+        if v.verdict == Verdict.FASTER:       # not a row whose winner it changes
+            break
+    assert v.verdict == Verdict.FASTER and not v.fails
+    for ab, verdict, fails in (("SLOWER", Verdict.SLOWER, True),
+                               ("SAME", Verdict.FASTER, False)):
+        record = ABRecord("synthetic", "b" * 40, "c" * 40, 3, (ABRow(*key, ab, 0.03),))
+        [got] = [g for g in apply_ab(result, record).verdicts if g.key == key]
+        assert (got.verdict, got.fails) == (verdict, fails)
+        assert "A/B" in got.reasons[-1]
