@@ -112,8 +112,10 @@ def _by_planted_size(log_dir: Path, verdicts: dict[str, str]) -> str:
         doc = json.loads(f.read_text())
         asked = float(doc.get("fraction", 0.0))
         for plan in doc.get("plans", ()):
+            # the share the plan measured it delivers where it says (closed loop), else
+            # the one its model expected
             plans.setdefault((plan["M"], plan["N"], plan["K"]), []).append(
-                float(plan["expected_fraction"]))
+                float(plan.get("measured_fraction", plan["expected_fraction"])))
     if not plans or asked is None:
         return ""
     bins: dict[str, list[int]] = {}

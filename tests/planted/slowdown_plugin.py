@@ -10,7 +10,10 @@ that the gate catches a real regression on the GPU:
 
 With ``$HARNESS_PLANT_LOG_DIR`` set, the process writes what it planted per shape (the
 spin's cycles, the call's time, the expected and the measured slowdown) to
-``plant-<pid>.json`` there when it exits: the slowdown really planted, beside the rows.
+``plant-<pid>.json`` there when it exits: the slowdown really planted, beside the rows;
+and the processes of one job (its bench, then the B side of its A/B) share their plans
+through ``plans.json`` there: the first process to meet a shape sizes its spin, the others
+plant it the same way, as a real regression is the same code in every process.
 """
 
 import atexit
@@ -28,6 +31,8 @@ _PLANT = defects.get("slowdown_5pct").plant(path=_PATH)
 _WRAPPER = _PLANT.__enter__()          # stays planted for the life of the process
 # sized on each M's first call, so the fraction may still change here
 _WRAPPER.fraction = float(os.environ.get("HARNESS_PLANT_FRACTION", "") or _WRAPPER.fraction)
+if os.environ.get("HARNESS_PLANT_LOG_DIR"):   # one plan per shape for every process of a job
+    _WRAPPER.plan_file = Path(os.environ["HARNESS_PLANT_LOG_DIR"]) / "plans.json"
 
 
 def _write_plans() -> None:

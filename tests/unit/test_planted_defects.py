@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from planted import defects, sleep_sizing
+from planted import defects, paths, sleep_sizing
 
 from harness.cases.case import GemmCase
 from harness.config import SETTING_TYPES, load_settings
@@ -349,3 +349,24 @@ def test_the_spin_period_leaves_the_node_a_bounded_share_of_the_planted_time():
     assert sleep_sizing.spin_period(0.03, 200.0, 1.2) == 1
     assert sleep_sizing.spin_period(0.03, 10.0, -0.4) == 1           # the node hid behind
     assert sleep_sizing.spin_period(0.03, float("nan"), 1.2) == 1
+
+
+def test_plans_are_shared_through_the_plan_file_and_the_closed_loop_corrects_the_cycles(
+        tmp_path):
+    """A shape planned by one process is read back by the next (same fraction only); the
+    closed loop moves the cycles by the share missing, and adds a call to the period where
+    the node alone delivers more than asked."""
+    plan_file = tmp_path / "log" / "plans.json"
+    assert paths.read_plan(plan_file, (1, 2048, 2048), 0.03) is None
+    paths.write_plan(plan_file, (1, 2048, 2048), 0.03, {"period": 4, "cycles": 650})
+    paths.write_plan(plan_file, (16, 2048, 2048), 0.03, {"period": 2, "cycles": 90})
+    got = paths.read_plan(plan_file, (1, 2048, 2048), 0.03)
+    assert got == {"period": 4, "cycles": 650, "from_plan_file": True}
+    assert paths.read_plan(plan_file, (1, 2048, 2048), 0.05) is None
+    assert paths.read_plan(None, (1, 2048, 2048), 0.03) is None
+    plan_file.write_text("not json")
+    assert paths.read_plan(plan_file, (1, 2048, 2048), 0.03) is None
+    # 4% delivered for 3% asked, 6.5 µs calls, period 4, 1e-3 µs per cycle: 260 cycles less
+    assert sleep_sizing.next_cycles(650, 4, 0.04, 0.03, 6.5, 1e-3) == (390, 4)
+    assert sleep_sizing.next_cycles(650, 4, 0.02, 0.03, 6.5, 1e-3) == (910, 4)
+    assert sleep_sizing.next_cycles(100, 4, 0.06, 0.03, 6.5, 1e-3) == (1, 5)
