@@ -144,6 +144,24 @@ def next_cycles(cycles: int, period: int, got: float, fraction: float, inner_us:
     return 1, period + 1
 
 
+def converge(share: Callable[[int, int], tuple[float, float]], fraction: float, period: int,
+             cycles: int, rate: float) -> tuple[int, int, float, float, list]:
+    """The closed loop: ``share(cycles, period)`` measures (delivered share, the call's
+    µs); the cycles are corrected (``next_cycles``) until the share is within
+    ``TOLERANCE`` of ``fraction``, at most ``TRIES`` times. Returns the try closest to
+    ``fraction``: (period, cycles, its share, the call's µs then, every try as [period,
+    cycles, share])."""
+    tries: list[tuple[int, int, float, float]] = []
+    for _ in range(TRIES):
+        got, inner_us = share(cycles, period)
+        tries.append((period, cycles, got, inner_us))
+        if not math.isfinite(got) or abs(got - fraction) <= TOLERANCE * fraction:
+            break
+        cycles, period = next_cycles(cycles, period, got, fraction, inner_us, rate)
+    best = min(tries, key=lambda t: abs(t[2] - fraction) if math.isfinite(t[2]) else math.inf)
+    return best[0], best[1], best[2], best[3], [list(t[:3]) for t in tries]
+
+
 def size_sleep(run: Callable, prepared, A: torch.Tensor, out: torch.Tensor,
                fraction: float) -> dict:
     """The plan for one (prepared, M): the spin's period and cycles, and what was measured
@@ -173,7 +191,6 @@ def size_sleep(run: Callable, prepared, A: torch.Tensor, out: torch.Tensor,
 
     node_alone, rate = spin_rate(graph_us)
     timers = [timer(0, 1, None)]
-    tries: list[tuple[int, int, float]] = []
     try:
         (t0,) = _alternate(timers, 3)
         timers[0].close()
@@ -184,26 +201,24 @@ def size_sleep(run: Callable, prepared, A: torch.Tensor, out: torch.Tensor,
         # cycles corrected until it is within TOLERANCE of the asked share
         period = spin_period(fraction, t0, node_alone)
         cycles = max(1, round((fraction * t0 * period - node_alone) / rate))
-        for _ in range(TRIES):
+
+        def share(cycles: int, period: int) -> tuple[float, float]:
+            """(the share these deliver, the call's own µs), the two graphs alternated."""
             trial = timer(cycles, period, max(t0, 0.5))
             try:
-                t0, t1 = _alternate([timers[0], trial], PAIRS)
+                alone, spun = _alternate([timers[0], trial], PAIRS)
             finally:
                 trial.close()
-            got = t1 / t0 - 1.0 if t0 > 0 else float("nan")
-            tries.append((period, cycles, got))
-            if not math.isfinite(got) or abs(got - fraction) <= TOLERANCE * fraction:
-                break
-            cycles, period = next_cycles(cycles, period, got, fraction, t0, rate)
+            return (spun / alone - 1.0 if alone > 0 else float("nan")), alone
+
+        period, cycles, got, t0, tries = converge(share, fraction, period, cycles, rate)
     finally:
         for t in timers:
             t.close()
         del ops
-    period, cycles, got = min(tries, key=lambda t: abs(t[2] - fraction)
-                              if math.isfinite(t[2]) else math.inf)
     return {"timer": "graph, rotated copies", "copies": copies, "inner_us": t0,
             "sleep_node_alone_us": node_alone, "us_per_cycle": rate, "period": period,
-            "cycles": cycles, "tries": [list(t) for t in tries],
+            "cycles": cycles, "tries": tries,
             "expected_fraction": got, "measured_fraction": got}   # the share it delivered
 
 
