@@ -39,6 +39,7 @@ from harness.studies.correction_report import (
     rmw_floor_lines,
     shipped_picks,
 )
+from harness.studies.correction_rmw import rmw_class_lines
 
 
 def parse_picks(text: str | None, rows: list[dict]) -> dict[str, dict]:
@@ -112,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"over {len(ov)} (shape, mode) rows")
     for name, ok, value in evaluate_targets(rows, picks) + floor_targets(rows, picks):
         print(f"{'PASS' if ok else 'FAIL'}: {name} ({value})")
-    for line in rmw_floor_lines(rows) + rmw_excess_lines(rows, picks, "the pick"):
+    for line in (rmw_floor_lines(rows) + rmw_excess_lines(rows, picks, "the pick")
+                 + rmw_class_lines(rows, picks, "the pick")):
         print(line)
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as fh:

@@ -87,6 +87,7 @@ from .correction_report import (  # noqa: F401  (re-exported: the study's public
     summarize,
     write_outputs,
 )
+from .correction_rmw import rmw_class_lines
 
 T0 = time.monotonic()
 
@@ -348,8 +349,8 @@ def main(argv=None) -> int:
     log("paste into harness/kernels/marlin/variants.py: " + auto_line(picks))
     for name, ok, val in targets:
         log(f"  {'PASS' if ok else 'FAIL'} {name}: {val}")
-    for line in rmw_floor_lines(rows) + rmw_excess_lines(rows, shipped_picks(rows),
-                                                         "the shipped default"):
+    for line in rmw_floor_lines(rows) + rmw_class_lines(rows, shipped_picks(rows),
+                                                        "the shipped default"):
         log(f"  {line}")
     log(f"wrote {out / 'correction_study.csv'}, .md, .json")
     return 0 if rows else 2
