@@ -124,6 +124,10 @@ fi
 [[ $steps == *" planted "* ]] && step planted env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" python3 -m harness bench --arch sm90 \
   --matrix production --mode graph --out "$res/planted" --no-progress ${PLANT_ARGS:---no-compare} \
   --plugin tests/planted/slowdown_plugin.py
+# plantcheck: the planted spin's sizing on fp16_cache's shortest calls (seconds; before a
+# planted job): tests/gpu/test_plant_sizing_gpu.py
+[[ $steps == *" plantcheck "* ]] && step plantcheck python3 -m pytest -q -p no:cacheprovider \
+  tests/gpu/test_plant_sizing_gpu.py && tail -5 "$logs/$tag-plantcheck.log"
 [[ $steps == *" plantedjob3 "* ]] && step plantedjob3 env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
   HARNESS_PLANT_FRACTION=0.03 HARNESS_PLANT_LOG_DIR="$res/plantedjob3/plant-log" \
   python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob3" --no-progress \
