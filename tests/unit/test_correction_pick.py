@@ -15,8 +15,8 @@ STUDY = ROOT / "docs" / "data" / "study-correction-h200-61c0452.csv.gz"
 SCRIPT = ROOT / "scripts" / "correction_pick.py"
 
 
-def _run(*args):
-    return subprocess.run([sys.executable, str(SCRIPT), str(STUDY), *args],
+def _run(*args, study: Path = STUDY):
+    return subprocess.run([sys.executable, str(SCRIPT), str(study), *args],
                           capture_output=True, text=True)
 
 
@@ -77,8 +77,7 @@ def test_the_rmw_floor_figures_of_hopper_5_6_come_from_the_stored_study(tmp_path
 def test_issue_41s_figure_per_class_and_mode_comes_from_the_stored_study():
     """The shipped default of acffbe3 against Marlin + rmw (docs/hopper.md §5.7): per
     shape class and mode, and issue 41's three targets, all failed today."""
-    out = subprocess.run([sys.executable, str(SCRIPT), str(RMW_STUDY)], capture_output=True,
-                         text=True)
+    out = _run(study=RMW_STUDY)
     assert out.returncode == 0, out.stderr
     said = out.stdout
     assert "  decode  graph  16 shapes (stream): +12.5 / +37.9 at M16-N2048-K8192-g128-s0" in said
