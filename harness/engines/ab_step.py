@@ -7,9 +7,10 @@ Mann-Whitney significant, whatever its cross-machine margin, and every gated row
 (path, mode) whose median change is beyond it. The commit each baseline row was measured
 at (its ``commit``; the baseline json's where the row has none) and the current commit
 are measured here, interleaved, restricted to those rows, by ``harness compare`` in git
-worktrees (the build cache is shared; one compare per baseline commit, for the rows of
-all matrices measured at it: a baseline promoted with ``harness baseline accept
---only-faster`` holds rows of several commits); ``reports.ab_confirm.apply_ab``
+worktrees (the build cache is shared; one compare for the rows of all matrices: a
+baseline promoted with ``harness baseline accept --only-faster`` holds rows of several
+commits, and its A side then measures each commit's rows at that commit in every round,
+``compare.APart``, beside one B bench of all the rows); ``reports.ab_confirm.apply_ab``
 then makes the A/B verdict the row's: SLOWER fails (also for a row inside its
 cross-machine margin), SAME or FASTER clears. The A/B record is stored in the matrix's
 json (``ab_confirm``) and the gate record is rewritten with the final verdicts, so
@@ -51,7 +52,7 @@ from ..results.baseline import check_baseline_gate, run_settings
 from ..results.models import load_for_model
 from ..results.store import load_run, read_meta, write_meta
 from .bench_runner import bench_paths, bench_rows, with_requests
-from .compare import compare
+from .compare import APart, compare
 from .projection_step import Projected, measure_sample, project, sample_plan
 from .revisions import (
     BenchRunner,
@@ -245,37 +246,42 @@ def ab_confirm(
     groups = commit_groups(todo)
     readings: dict[str, dict] = {}   # matrix -> key -> (its A/B reading, the base sha)
     heads: dict[str, str] = {}
-    for base_commit, members in groups.items():
-        group = list(dict.fromkeys(m for m, _ in members))
-        slow = [v for _, v in members]
-        where = f"{', '.join(group)}" + (f" (rows of baseline commit {base_commit[:12]})"
-                                         if len(groups) > 1 else "")
+    if groups:
+        members = [mv for group in groups.values() for mv in group]
+        matrices_ab = list(dict.fromkeys(m for m, _ in members))
         try:
             if _dirty(repo):
                 raise ValueError("uncommitted changes under harness/: the measured code is "
                                  "not a commit")
             head = resolve_revision(repo, "HEAD")
-            base = resolve_revision(repo, base_commit)
+            shas = {c: resolve_revision(repo, c) for c in groups}
             plugins = tuple(dict.fromkeys(
-                str(p) for m in group
+                str(p) for m in matrices_ab
                 for p in read_meta(run_dir / f"{m}.json").extra.get("plugins", ()) or ()))
-            name = "+".join(group) + (f"@{base_commit[:12]}" if len(groups) > 1 else "")
-            outcome = compare(base, head, settings, work_dir=run_dir / "ab" / name,
-                              repo=repo, matrix=",".join(group),
-                              filter=case_filter([v.current for v in slow], universe=[
-                                  v.current for m in group for v in todo[m].result.verdicts
-                                  if v.current is not None]),
+            universe = [v.current for m in matrices_ab for v in todo[m].result.verdicts
+                        if v.current is not None]
+            parts = [_part(shas[c], [v for _, v in group], universe)
+                     for c, group in groups.items()] if len(groups) > 1 else []
+            slow = [v for _, v in members]
+            outcome = compare(next(iter(shas.values())), head, settings,
+                              work_dir=run_dir / "ab" / "+".join(matrices_ab), repo=repo,
+                              matrix=",".join(matrices_ab),
+                              filter=case_filter([v.current for v in slow], universe=universe),
                               paths=bench_paths({v.path for v in slow}),
                               rows=bench_rows(v.key for v in slow),
                               modes=sorted({v.mode for v in slow}), rounds=rounds, confirm=False,
-                              runner=current_side_plugins(runner, plugins, repo), echo=echo)
+                              runner=current_side_plugins(runner, plugins, repo), echo=echo,
+                              a_parts=parts)
         except EXPECTED_ERRORS as exc:
-            echo(f"harness job: A/B of {where} not done, its verdicts stand: {one_line(exc)}")
-            continue
-        got = {(v.row.matrix, *v.key): v for v in outcome.result.verdicts}
-        for m, v in members:     # this group's own rows only (a key may be in another's)
-            readings.setdefault(m, {})[v.key] = (_reading(m, v, got, outcome.extended), base)
-            heads[m] = head
+            echo(f"harness job: A/B of {', '.join(matrices_ab)} not done, its verdicts stand: "
+                 f"{one_line(exc)}")
+        else:
+            got = {(v.row.matrix, *v.key): v for v in outcome.result.verdicts}
+            for c, group in groups.items():
+                for m, v in group:
+                    readings.setdefault(m, {})[v.key] = (
+                        _reading(m, v, got, outcome.extended), shas[c])
+                    heads[m] = head
     seconds["A/B"] = time.perf_counter() - t0
     head = None
     for m, p in todo.items():
@@ -293,6 +299,14 @@ def _head(repo: Path) -> str:
         return resolve_revision(repo, "HEAD")
     except EXPECTED_ERRORS:
         return ""
+
+
+def _part(sha: str, rows: list[RowVerdict], universe: list) -> APart:
+    """The A side's part at ``sha``: exactly ``rows`` (their baseline rows' commit)."""
+    current = [v.current for v in rows]
+    return APart(sha, frozenset(v.key for v in rows), case_filter(current, universe=universe),
+                 tuple(bench_paths({v.path for v in rows})), tuple(sorted({v.mode for v in rows})),
+                 bench_rows(v.key for v in rows))
 
 
 def row_commit(v: RowVerdict, fallback: str) -> str:

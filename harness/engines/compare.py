@@ -14,7 +14,7 @@ import contextlib
 import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tqdm import tqdm
@@ -56,6 +56,34 @@ class Side:
 
 
 @dataclass(frozen=True)
+class APart:
+    """A share of side A measured at a commit of its own, for its own rows: a baseline
+    whose rows come from several commits (``harness baseline accept --only-faster``) is
+    A/B'd in one compare, each commit's bench measuring that commit's rows in every
+    round, the B side measuring all of them (``harness job``'s A/B). ``filter``,
+    ``paths``, ``modes`` and ``rows`` select as ``compare``'s own do; ``keys`` are the
+    rows' keys (an undecided row's extra rounds go to the part that holds it)."""
+
+    revision: str
+    keys: frozenset
+    filter: str | None = None
+    paths: tuple[str, ...] = ()
+    modes: tuple[str, ...] = ()
+    rows: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class _Leg:
+    """One bench per round: a side (or a part of side A) at its revision, in its tree."""
+
+    label: str
+    side: Side
+    tree: Path
+    folder: str
+    part: APart | None = None
+
+
+@dataclass(frozen=True)
 class CompareOutcome:
     result: GateResult
     a_rows: tuple[ResultRow, ...]
@@ -82,7 +110,7 @@ def compare(
     matrix: str = "production", filter: str | None = None, paths: Sequence[str] = (),
     modes: Sequence[str] = (), rounds: int = 3, runner: BenchRunner = subprocess_runner,
     echo: Callable[[str], None] = print, strict_env: bool = False, confirm: bool = True,
-    rows: Sequence[tuple[str, str]] = (),
+    rows: Sequence[tuple[str, str]] = (), a_parts: Sequence[APart] = (),
 ) -> CompareOutcome:
     """Gate B against A (A is the baseline side). Measured rounds land in ``work_dir/runs``.
 
@@ -94,6 +122,10 @@ def compare(
     ``rows`` ((case_id, path) pairs, ``BenchRequest.rows``) limits each bench to those
     rows, where ``filter`` and ``paths`` would select every path on every case given (the
     AMBIGUOUS round measures exactly its rows either way).
+    ``a_parts`` (``APart``; A must then be a revision, and ``confirm`` False): side A
+    measured at several commits, each for its own rows, every round (A's environment and
+    label are the first part's); B measures all rows. One pipeline instead of one compare
+    per commit: the B benches and one start-up are shared.
     A stored B replays the confirmations its bench stored. ``confirm=False`` skips the
     extra round: the pooled rounds' verdicts stand (``harness job``'s A/B, where one more
     round of a path-wide regression costs ~55 s on the H200 and decides nothing new).
@@ -101,52 +133,84 @@ def compare(
     if rounds < 1:
         raise CompareError(f"--rounds must be >= 1, got {rounds}")
     a, b = resolve_side(a_spec, repo), resolve_side(b_spec, repo)
+    if a_parts and (not a.revision or confirm):
+        raise CompareError("a compare with the A side in parts needs A a revision and "
+                           "confirm=False")
     measured = [s for s in (a, b) if s.revision]
     rounds_of: dict[str, list[list[ResultRow]]] = {"A": [], "B": []}
     firsts: dict[str, Run] = {}       # a measured side's first round: its environment and settings
 
-    def measure(plan, rounds_: Sequence[int], sub, filt: str | None, p: Sequence[str],
-                m: Sequence[str], only: Sequence[tuple[str, str]]) -> list[tuple[str, Run]]:
-        """Interleaved rounds (A B, then B A, ...) of ``plan``, pipelined by
+    def measure(legs: Sequence[_Leg], rounds_: Sequence[int], sub, pick) -> list[tuple[str, Run]]:
+        """Interleaved rounds (A B, then B A, ...) of ``legs``, pipelined by
         ``bench_runner.run_pipelined`` (the next bench starts up while one measures);
-        ``sub(r)`` names a round's folder. Returns (label, run) in measuring order."""
-        jobs = [(sub(r), label, side, BenchRequest(label, side.revision, tree,
-                                                   work_dir / "runs" / sub(r) / label, matrix,
-                                                   r, filt, tuple(p), tuple(m),
-                                                   rows=tuple(only)))
-                for r in rounds_ for label, side, tree in (plan if r % 2 == 0 else plan[::-1])]
+        ``sub(r)`` names a round's folder, ``pick(leg)`` its selection (filter, paths,
+        modes, rows; None: the leg has nothing to measure). Returns (label, run) of each
+        round's benches in measuring order, the parts of A one entry each, with the
+        round's folder: (round, leg, run)."""
+        jobs = []
+        for r in rounds_:
+            for leg in (legs if r % 2 == 0 else legs[::-1]):
+                sel = pick(leg)
+                if sel is not None:
+                    jobs.append((sub(r), leg, BenchRequest(
+                        leg.label, leg.side.revision, leg.tree,
+                        work_dir / "runs" / sub(r) / leg.folder, matrix, r, *sel)))
         for *_, req in jobs:
             if req.out_dir.exists():
                 shutil.rmtree(req.out_dir)
         run_pipelined(
             runner, [req for *_, req in jobs],
-            on_start=lambda i: echo(f"compare: round {jobs[i][0]}, {jobs[i][1]} = "
-                                    f"{jobs[i][2].label}"),
+            on_start=lambda i: echo(f"compare: round {jobs[i][0]}, {jobs[i][1].folder} = "
+                                    f"{jobs[i][1].side.label}"),
             on_done=lambda i: progress.update(1) if progress is not None else None)
         got = []
-        for name, label, _, req in jobs:
+        for name, leg, req in jobs:
             try:
-                got.append((label, load_run(req.out_dir)))
+                got.append((name, leg, load_run(req.out_dir)))
             except SchemaError as exc:
-                raise CompareError(f"bench of {label} round {name} left no readable results: "
-                                   f"{exc}") from None
+                raise CompareError(f"bench of {leg.folder} round {name} left no readable "
+                                   f"results: {exc}") from None
         return got
+
+    def by_round(got, keep=lambda r: True) -> dict[str, list[list[ResultRow]]]:
+        """Each side's rows per measured round (in round order), the parts of A joined,
+        each part's own rows only (a bench may measure more of a case than was asked)."""
+        rounds_: dict[str, dict[str, list[ResultRow]]] = {}
+        for name, leg, run in got:
+            rounds_.setdefault(leg.label, {}).setdefault(name, []).extend(
+                r for r in run.rows
+                if keep(r) and (leg.part is None or r.key in leg.part.keys))
+        return {label: list(per.values()) for label, per in rounds_.items()}
 
     progress = None
     with contextlib.ExitStack() as stack:
-        plan = []
+        legs: list[_Leg] = []
         if measured:
             tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-compare-")))
-            trees = stack.enter_context(
-                worktrees(repo.resolve(), [s.revision for s in measured], tmp))
-            plan = [(lbl, s, trees[s.revision]) for lbl, s in (("A", a), ("B", b)) if s.revision]
-            # one bench per revision per round: a bar with the ETA of the rounds left
-            progress = stack.enter_context(tqdm(total=rounds * len(plan), unit="bench",
+            shas = [s.revision for s in measured]
+            parts = [replace(p, revision=resolve_revision(repo, p.revision)) for p in a_parts]
+            trees = stack.enter_context(worktrees(
+                repo.resolve(), list(dict.fromkeys(shas + [p.revision for p in parts])), tmp))
+            if parts:
+                legs = [_Leg("A", replace(a, label=a.label if i == 0 else p.revision[:12],
+                                          revision=p.revision),
+                             trees[p.revision], f"A@{p.revision[:12]}", p)
+                        for i, p in enumerate(parts)]
+            elif a.revision:
+                legs = [_Leg("A", a, trees[a.revision], "A")]
+            if b.revision:
+                legs.append(_Leg("B", b, trees[b.revision], "B"))
+            whole = (filter, tuple(paths), tuple(modes), (), tuple(rows))
+            # one bench per leg per round: a bar with the ETA of the rounds left
+            progress = stack.enter_context(tqdm(total=rounds * len(legs), unit="bench",
                                                 desc="compare", dynamic_ncols=True))
-            for label, run in measure(plan, range(rounds), lambda r: f"round{r}", filter,
-                                      paths, modes, rows):
-                rounds_of[label].append(list(run.rows))
-                firsts.setdefault(label, run)
+            got = measure(legs, range(rounds), lambda r: f"round{r}", lambda leg: (
+                (leg.part.filter, leg.part.paths, leg.part.modes, (), leg.part.rows)
+                if leg.part else whole))
+            for _, leg, run in got:
+                firsts.setdefault(leg.label, run)
+            for label, side_rounds in by_round(got).items():
+                rounds_of[label].extend(side_rounds)
             progress.close()
             progress = None
         margins: dict[Key, float] = {}
@@ -157,8 +221,9 @@ def compare(
         b_rows = pool_rows(rounds_of["B"]) if b.revision else list(b.run.rows)
         run_a = a.run if a.run is not None else firsts["A"]
         run_b = b.run if b.run is not None else firsts["B"]
+        both = bool(a.revision and b.revision)
         extended: dict[Key, int] = {}
-        if len(plan) == 2 and settings.ab_extra_rounds:
+        if both and settings.ab_extra_rounds:
             first = compare_runs(a_rows, b_rows, run_a, run_b, settings, a_label=a.label,
                                  b_label=b.label, margins=margins, strict_env=strict_env,
                                  echo=lambda line: None)
@@ -168,27 +233,27 @@ def compare(
                 echo(f"compare: {len(keys)} undecided row(s) (moved beyond "
                      f"{settings.ab_screen:.1%}, not confirmed): {len(more)} more round(s) "
                      "of those rows")
-                picked = [r for r in b_rows if r.key in wanted]
-                for label, run in measure(plan, more, lambda r: f"round{r}",
-                                          case_filter(picked, b_rows),
-                                          bench_paths({k[1] for k in keys}),
-                                          sorted({k[2] for k in keys}), bench_rows(keys)):
-                    rounds_of[label].append([r for r in run.rows if r.key in wanted])
+
+                def pick(leg: _Leg, wanted=wanted):
+                    mine = wanted & leg.part.keys if leg.part else wanted
+                    return _selection([r for r in b_rows if r.key in mine], b_rows) \
+                        if mine else None
+                got = measure(legs, more, lambda r: f"round{r}", pick)
+                for label, side_rounds in by_round(got, lambda r: r.key in wanted).items():
+                    rounds_of[label].extend(side_rounds)
                 margins.update(extended_margins(rounds_of["A"], rounds_of["B"], keys,
                                                 settings))
                 a_rows, b_rows = pool_rows(rounds_of["A"]), pool_rows(rounds_of["B"])
                 extended = dict.fromkeys(keys, rounds + len(more))
 
         remeasure = None
-        if len(plan) == 2 and confirm:
+        if both and confirm:
             def remeasure(keys: list[Key]):
                 wanted = set(keys)
-                picked = [r for r in b_rows if r.key in wanted]
-                got = dict(measure(plan, [rounds], lambda r: "remeasure",
-                                   case_filter(picked, b_rows), bench_paths({k[1] for k in keys}),
-                                   sorted({k[2] for k in keys}), bench_rows(keys)))
-                return ([r for r in got["A"].rows if r.key in wanted],
-                        [r for r in got["B"].rows if r.key in wanted])
+                sel = _selection([r for r in b_rows if r.key in wanted], b_rows)
+                got = by_round(measure(legs, [rounds], lambda r: "remeasure",
+                                       lambda leg: sel), lambda r: r.key in wanted)
+                return got["A"][0], got["B"][0]
         elif b.run is not None:
             # a stored B: replay the confirmations its bench stored (same verdicts as the bench's)
             remeasure = stored_remeasure(b.run.confirmations)
@@ -206,3 +271,9 @@ def compare(
             for meta in b.run.metas.values():
                 result = apply_ab(result, record_for(meta, a.run.environment.commit))
     return CompareOutcome(result, tuple(a_rows), tuple(b_rows), a, b, extended)
+
+
+def _selection(rows: Sequence[ResultRow], universe: Sequence[ResultRow]) -> tuple:
+    """A bench's selection (filter, paths, modes, plugins, rows) of exactly ``rows``."""
+    return (case_filter(rows, universe), tuple(bench_paths({r.path for r in rows})),
+            tuple(sorted({r.mode for r in rows})), (), bench_rows(r.key for r in rows))

@@ -406,12 +406,15 @@ def test_rows_group_by_their_baseline_rows_commit_spelled_either_way():
 
 
 @pytest.mark.parametrize("head_speed, exit_code", [("1.00", 0), ("1.05", 1)])
-def test_a_mixed_commit_baseline_gets_one_compare_per_commit_each_with_its_rows(
+def test_a_mixed_commit_baseline_gets_one_compare_each_commit_measuring_its_rows(
         tmp_path, capsys, head_speed, exit_code):
     """After `harness baseline accept --only-faster` the M1 rows of marlin_asym were
     measured at the faster commit (the baseline's environment) and the M16 rows at the
-    older one: each row is A/B'd against its own row's commit, one compare per commit,
-    and the record says which; report replays the same verdicts."""
+    older one: each row is A/B'd against its own row's commit, in one compare whose A
+    side measures each commit's rows at that commit every round and whose B side
+    measures all of them once a round (one pipeline: the foreign job's A/B on d2 of
+    2026-12-05 ran two compares, 12 benches); the record says which commit each row was
+    measured against, and report replays the same verdicts."""
     repo, base_sha, head_sha = _repo(tmp_path, head_speed)
     mid_sha = _git(repo, "commit-tree", f"{base_sha}^{{tree}}", "-p", base_sha, "-m", "mid")
 
@@ -429,11 +432,15 @@ def test_a_mixed_commit_baseline_gets_one_compare_per_commit_each_with_its_rows(
                               if r.path == "marlin_asym" and measured_at(r) == sha))
             for sha in (mid_sha, base_sha)}
     assert all(want.values()) and set(want[mid_sha]) | set(want[base_sha]) == flagged
-    for sha in (mid_sha, base_sha):        # each baseline side measured its own rows only
+    for sha in (mid_sha, base_sha):        # each baseline part measured its own rows only
         assert {c.rows for c in fake.calls if c.revision == sha} == {want[sha]}
-    assert {c.rows for c in fake.calls if c.revision == head_sha} == set(want.values())
-    assert {p.name for p in (run_dir / "ab").iterdir()} == {
-        f"synthetic@{mid_sha[:12]}", f"synthetic@{base_sha[:12]}"}
+        assert sum(c.revision == sha for c in fake.calls) == 2          # once a round
+    heads = [c for c in fake.calls if c.revision == head_sha]
+    assert len(heads) == 2 and {c.rows for c in heads} == {tuple(sorted(flagged))}
+    assert len(fake.calls) == 6                  # 2 rounds x (2 parts of A + B)
+    assert [p.name for p in (run_dir / "ab").iterdir()] == ["synthetic"]
+    assert sorted(p.name for p in (run_dir / "ab" / "synthetic" / "runs" / "round0").iterdir()
+                  if p.is_dir()) == sorted(["B", f"A@{mid_sha[:12]}", f"A@{base_sha[:12]}"])
     rec = stored_ab(read_meta(run_dir / "synthetic.json"))
     assert rec.baseline_commit == mid_sha           # the baseline's own: replay finds it
     assert {r.key[0]: r.baseline_commit for r in rec.rows} == {

@@ -68,8 +68,10 @@ class NoisyBench:
     def __call__(self, req: BenchRequest) -> None:
         self.calls.append(req)
         speed = float((req.worktree / "speed.txt").read_text())
-        offset = OFFSETS[req.label][self.seen[req.label]]
-        self.seen[req.label] += 1
+        offset = 1.0                 # the noisy row's offsets go to its own processes
+        if not req.rows or (NOISY[0], NOISY[1]) in req.rows:
+            offset = OFFSETS[req.label][self.seen[req.label]]
+            self.seen[req.label] += 1
         rows = resample(BASE, seed=len(self.calls), noise=0.002,
                         factor={NOISY: offset * speed})
         wanted = set(req.rows)
@@ -174,3 +176,37 @@ def test_the_acceptance_summary_lists_the_rows_judged_on_extra_rounds(tmp_path):
     assert "extra rounds: c1|fp16_cache|graph SLOWER +4.70% (threshold n/a, 7 rounds)" in said
     assert "c0|fp16_cache|graph SLOWER" not in said
     assert "2/2 SLOWER (100.0%)" in said
+
+
+def test_a_side_in_parts_gets_its_extra_rounds_where_the_undecided_row_is(repo, tmp_path):
+    """A baseline of two commits (``compare.APart``): each part measures its own rows every
+    round, B all of them; the noisy row's 5% slowdown, left undecided by three rounds,
+    gets its extra rounds from its own part and B only, and is confirmed."""
+    from harness.engines.compare import APart
+    base = git(repo, "rev-parse", "HEAD")
+    mid = git(repo, "commit-tree", f"{base}^{{tree}}", "-p", base, "-m", "mid")
+    _head(repo, "1.05")
+    gated = [r for r in BASE if r.status == "ok" and r.role == "path"]
+    mine = [r for r in gated if r.path == NOISY[1]]
+    rest = [r for r in gated if r.path != NOISY[1]]
+
+    def part(sha, rows):
+        return APart(sha, frozenset(r.key for r in rows), None,
+                     tuple(sorted({r.path for r in rows})), ("graph",),
+                     tuple(sorted((r.case_id, r.path) for r in rows)))
+    fake = NoisyBench()
+    out = compare(base, "HEAD", S, work_dir=tmp_path / "cmp", repo=repo, matrix="synthetic",
+                  rounds=3, runner=fake, confirm=False, echo=lambda s: None,
+                  rows=tuple(sorted((r.case_id, r.path) for r in gated)),
+                  a_parts=[part(base, rest), part(mid, mine)])
+    noisy = next(v for v in out.result.verdicts if v.key == NOISY)
+    assert noisy.verdict == Verdict.SLOWER and out.extended == {NOISY: 7}
+    assert [c.revision for c in fake.calls[:3]] == [base, mid, git(repo, "rev-parse", "HEAD")]
+    extra = fake.calls[9:]
+    assert len(fake.calls) == 9 + 8 and {c.revision for c in extra if c.label == "A"} == {mid}
+    assert all(c.rows == ((NOISY[0], NOISY[1]),) for c in extra)
+    # every row judged, each A row from its own part
+    assert {v.key for v in out.result.verdicts if v.current is not None} >= {r.key for r in gated}
+    assert {r.key for r in out.a_rows if r.status == "ok"} == {r.key for r in gated}
+    others = [v for v in out.result.verdicts if v.key != NOISY and v.current is not None]
+    assert {v.verdict for v in others} == {Verdict.SAME}
