@@ -90,9 +90,10 @@ class Settings:
         "the standard error of the difference of the rounds' means", high=32,
         stored_default=0)
     projection_sample: int = _setting(
-        4, "another GPU model than the baseline's: rows per class (path, mode, M bucket) "
-        "measured on the runner at the baseline's commit for the machine factor", low=1,
-        high=10000, stored_default=4)
+        0, "another GPU model than the baseline's: rows per class (path, mode, M bucket) "
+        "measured on the runner at the baseline's commit for the machine factor; 0: every "
+        "gated row (each then screened against its own reading)", low=0, high=10000,
+        stored_default=4)
     policy_min_lead: float = _setting(0.02, "dispatch policy: a class's winner leads by this, "
                                       "its interval above 0, or it is a tie", stored_default=0.02)
     fail_on_winner_change: int = _setting(0, "1: WINNER_CHANGED fails; 0: reported", high=1,

@@ -14,7 +14,11 @@ baseline's commit like any other (``harness.engines.ab_step``); the others get a
 
 Cost: one bench process per baseline commit (two for the sm90 baselines of 2026-12-05),
 measuring ``projection_sample`` rows of each class (36 graph rows of production and 40 of
-swiglu at the default 4), on top of the A/B of the rows the screen sends.
+swiglu at 4; every gated row, 224, at the default 0), on top of the A/B of the rows the
+screen sends. At 4, the rows whose own model difference departs from their class's factor
+went to A/B: 43 rows, 9 benches, 56 s on an unchanged H100 run (e1 of 2026-12-05); with
+every row measured here each row is screened against its own reading on this runner, as
+the same-model job screens against its own model's baseline.
 """
 
 from __future__ import annotations

@@ -78,7 +78,8 @@ def judged_rows(result: GateResult, settings: Settings) -> list[RowVerdict]:
 
 def pick_sample(verdicts: Sequence[RowVerdict], per_class: int) -> list[RowVerdict]:
     """Up to ``per_class`` rows of each class, spread evenly over the class's rows sorted
-    by baseline time (the fastest and slowest included from 2 up); deterministic."""
+    by baseline time (the fastest and slowest included from 2 up); deterministic.
+    ``per_class`` 0 (or less): every row."""
     by_class: dict[str, list[RowVerdict]] = defaultdict(list)
     for v in verdicts:
         by_class[class_of(v.current)].append(v)
@@ -86,7 +87,7 @@ def pick_sample(verdicts: Sequence[RowVerdict], per_class: int) -> list[RowVerdi
     for cls in sorted(by_class):
         rows = sorted(by_class[cls], key=lambda v: (v.baseline.time_us_median, v.case_id))
         n = len(rows)
-        if per_class >= n:
+        if per_class <= 0 or per_class >= n:
             out += rows
             continue
         if per_class == 1:
