@@ -75,7 +75,7 @@ class BenchRequest:
     revision's own checkout (a file that differs between commits plants what they do).
     ``rows``: (case_id, path) pairs, the only rows to measure (empty: every path given on
     every case selected); a path must be a registered one, a SwiGLU pair's derived row
-    named by the path it comes from (``bench_rows``).
+    named by the path it comes from (``bench_rows``). ``settings``: ``--set KEY=VALUE``.
     """
 
     label: str
@@ -89,6 +89,8 @@ class BenchRequest:
     modes: tuple[str, ...] = ()
     plugins: tuple[str, ...] = ()
     rows: tuple[tuple[str, str], ...] = ()
+    #: ``KEY=VALUE`` settings given to the bench as ``--set`` (any revision's bench takes it)
+    settings: tuple[str, ...] = ()
 
 
 BenchRunner = Callable[[BenchRequest], None]
@@ -105,6 +107,8 @@ def bench_command(req: BenchRequest, python: str = sys.executable) -> list[str]:
         cmd += ["--mode", ",".join(req.modes)]
     for plugin in req.plugins:
         cmd += ["--plugin", plugin]
+    for setting in req.settings:
+        cmd += ["--set", setting]
     return cmd + ["--no-compare", "--out", str(req.out_dir)]
 
 

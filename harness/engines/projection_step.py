@@ -71,9 +71,11 @@ def sample_plan(results: Mapping[str, GateResult], settings: Settings,
 def measure_sample(plan: Mapping[str, Sequence[tuple[str, RowVerdict]]], *, repo: Path,
                    work_dir: Path, runner: BenchRunner,
                    universe: Mapping[str, Sequence[ResultRow]],
-                   echo: Callable[[str], None]) -> dict[tuple[str, Key], ResultRow]:
+                   echo: Callable[[str], None],
+                   min_samples: int | None = None) -> dict[tuple[str, Key], ResultRow]:
     """One bench per commit of ``plan``, of exactly its rows (graph and any other mode they
-    are in), at that commit in a worktree; the rows measured, by (matrix, key)."""
+    are in), at that commit in a worktree, with ``min_samples`` (``--set``; None: the
+    bench's own); the rows measured, by (matrix, key)."""
     shas = {commit: resolve_revision(repo, commit) for commit in plan}
     got: dict[tuple[str, Key], ResultRow] = {}
     with tempfile.TemporaryDirectory(prefix="harness-projection-") as tmp, \
@@ -88,7 +90,8 @@ def measure_sample(plan: Mapping[str, Sequence[tuple[str, RowVerdict]]], *, repo
                 ",".join(matrices), 0, case_filter(rows, universe=everything),
                 tuple(bench_paths({v.path for _, v in members})),
                 tuple(sorted({v.mode for _, v in members})),
-                rows=bench_rows(v.key for _, v in members)))
+                rows=bench_rows(v.key for _, v in members),
+                settings=() if min_samples is None else (f"min_samples={min_samples}",)))
         run_pipelined(runner, reqs, on_start=lambda i: echo(
             f"harness job: machine factor: {len(plan[list(plan)[i]])} row(s) at the "
             f"baseline's commit {reqs[i].revision[:12]} on this runner"))

@@ -165,6 +165,7 @@ def test_an_unchanged_build_on_another_model_gets_speed_verdicts_and_passes(
     # the factor first: one bench at the baseline's commit, of the sample only, graph mode
     first = fake.calls[0]
     assert first.revision == base_sha and first.label == "A" and first.modes == ("graph",)
+    assert first.settings == (f"min_samples={S.projection_min_samples}",)
     assert 0 < len(first.rows) <= (per_class or 10000) * 9
     verdicts = _gated(run_dir)
     judged = [v for v in verdicts.values() if v != "TIMING_NOT_COMPARABLE"]

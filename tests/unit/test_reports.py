@@ -264,6 +264,11 @@ def test_bench_command_line():
     assert bench_command(req, python="py") == [
         "py", "-m", "harness", "bench", "--matrix", "production", "--filter", "M <= 64",
         "--paths", "marlin_asym,fp16_cache", "--mode", "graph", "--no-compare", "--out", "/o"]
+    # settings for that bench alone (the machine factor's fewer samples)
+    req = BenchRequest("A", "f" * 40, Path("/w"), Path("/o"), "production", 0,
+                       settings=("min_samples=10",))
+    assert bench_command(req, python="py")[-5:] == [
+        "--set", "min_samples=10", "--no-compare", "--out", "/o"]
 
 
 @pytest.fixture()
