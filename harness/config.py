@@ -95,9 +95,9 @@ class Settings:
         "gated row (each then screened against its own reading)", low=0, high=10000,
         stored_default=4)
     projection_min_samples: int = _setting(
-        10, "another GPU model than the baseline's: min_samples of the benches measuring the "
+        0, "another GPU model than the baseline's: min_samples of the benches measuring the "
         "baseline's commit for the machine factor (a screen; the A/B's rounds keep "
-        "min_samples)", low=3, high=2000, stored_default=30)
+        "min_samples); 0: min_samples", low=0, high=2000, stored_default=0)
     policy_min_lead: float = _setting(0.02, "dispatch policy: a class's winner leads by this, "
                                       "its interval above 0, or it is a tie", stored_default=0.02)
     fail_on_winner_change: int = _setting(0, "1: WINNER_CHANGED fails; 0: reported", high=1,

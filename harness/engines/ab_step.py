@@ -190,7 +190,7 @@ def _project(foreign: dict[str, _Pending], models: Mapping[str, tuple[str, str]]
             runner=current_side_plugins(runner, plugins, repo), echo=echo,
             universe={m: [v.current for v in p.result.verdicts if v.current is not None]
                       for m, p in foreign.items()},
-            min_samples=settings.projection_min_samples) if plan else {}
+            min_samples=settings.projection_min_samples or None) if plan else {}
     except EXPECTED_ERRORS as exc:
         echo(f"harness job: speed on {here!r} not judged (baseline recorded on {ref!r}): "
              f"the baseline's commit could not be measured here: {one_line(exc)}; its timing "

@@ -165,7 +165,8 @@ def test_an_unchanged_build_on_another_model_gets_speed_verdicts_and_passes(
     # the factor first: one bench at the baseline's commit, of the sample only, graph mode
     first = fake.calls[0]
     assert first.revision == base_sha and first.label == "A" and first.modes == ("graph",)
-    assert first.settings == (f"min_samples={S.projection_min_samples}",)
+    assert first.settings == ()            # projection_min_samples 0: the bench's own
+    assert S.projection_min_samples == 0
     assert 0 < len(first.rows) <= (per_class or 10000) * 9
     verdicts = _gated(run_dir)
     judged = [v for v in verdicts.values() if v != "TIMING_NOT_COMPARABLE"]
@@ -209,6 +210,23 @@ def test_a_real_slowdown_on_another_model_fails_that_path_and_no_other(tmp_path,
     mine = [v for k, v in verdicts.items() if k[1] == path]
     assert sum(v == "SLOWER" for v in mine) >= 0.95 * len(mine)
     assert "SLOWER" not in {v for k, v in verdicts.items() if k[1] != path}
+
+
+def test_the_factor_benches_alone_take_projection_min_samples(tmp_path):
+    """``projection_min_samples`` reaches the benches at the baseline's commit that measure
+    the machine factor (``--set min_samples=N``) and no A/B bench: the factor's readings
+    screen, the A/B's rounds decide."""
+    repo, base_sha, head_sha = _repo(tmp_path, {"fp16_cache": 1.05})
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, {"fp16_cache": 1.05})
+    fake = OnTheRunner()
+    ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines", arch="sm90",
+                      settings=replace(S, projection_min_samples=10), rounds=2, repo=repo,
+                      runner=fake, echo=lambda s: None)
+    factor = [c for c in fake.calls if c.out_dir.parent.name == "projection"]
+    others = [c for c in fake.calls if c.out_dir.parent.name != "projection"]
+    assert factor and others             # the 5% path went to A/B
+    assert {c.settings for c in factor} == {("min_samples=10",)}
+    assert {c.settings for c in others} == {()}
 
 
 def test_without_the_baselines_commit_the_rows_stay_not_comparable(tmp_path):
