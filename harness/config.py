@@ -85,19 +85,16 @@ class Settings:
         0.01, "A/B screen: every gated row of a (path, mode) whose median change is beyond "
         "this goes to A/B", open_low=True, high=1.0, stored_default=0.02)
     ab_extra_rounds: int = _setting(
-        4, "A/B: more interleaved rounds, of those rows only, for a row the first rounds "
-        "leave undecided (SAME or AMBIGUOUS, moved beyond ab_screen); its threshold is then "
-        "the standard error of the difference of the rounds' means", high=32,
+        4, "A/B: more rounds of a row the first leave undecided (SAME or AMBIGUOUS, moved "
+        "beyond ab_screen), judged on the standard error of the rounds' means", high=32,
         stored_default=0)
     projection_sample: int = _setting(
-        0, "another GPU model than the baseline's: rows per class (path, mode, M bucket) "
-        "measured on the runner at the baseline's commit for the machine factor; 0: every "
-        "gated row (each then screened against its own reading)", low=0, high=10000,
+        0, "another GPU model: rows per class (path, mode, M bucket) measured here at the "
+        "baseline's commit for the machine factor; 0: every gated row", low=0, high=10000,
         stored_default=4)
     projection_min_samples: int = _setting(
-        0, "another GPU model than the baseline's: min_samples of the benches measuring the "
-        "baseline's commit for the machine factor (a screen; the A/B's rounds keep "
-        "min_samples); 0: min_samples", low=0, high=2000, stored_default=0)
+        0, "another GPU model: min_samples of those benches (the A/B's keep min_samples); "
+        "0: min_samples", low=0, high=2000, stored_default=0)
     policy_min_lead: float = _setting(0.02, "dispatch policy: a class's winner leads by this, "
                                       "its interval above 0, or it is a tie", stored_default=0.02)
     fail_on_winner_change: int = _setting(0, "1: WINNER_CHANGED fails; 0: reported", high=1,
@@ -117,9 +114,8 @@ class Settings:
     max_samples: int = _setting(
         2000, "samples after which sampling stops (at least min_samples)", low=3)
     cold_min_samples: int = _setting(
-        10, "cold mode's min_samples (at least 3); 0: min_samples. Cold rows are information "
-        "on a GPU; their sampling was most of the job's time (docs/measurement.md 9.2)",
-        stored_default=0)
+        10, "cold mode's min_samples (>= 3; 0: min_samples): cold rows are information on a "
+        "GPU, their sampling was most of the job's time (measurement 9.2)", stored_default=0)
     gate_eager_speed: int = _setting(
         0, "1: SLOWER in host-paced modes (cold, cpu, model) fails the gate; 0: reported",
         high=1)

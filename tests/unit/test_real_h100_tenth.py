@@ -6,13 +6,10 @@ reference's alone for the foreign jobs), and the figures the docs quote are thes
 from __future__ import annotations
 
 import json
-import shutil
-import tarfile
 from pathlib import Path
 
 import pytest
-
-from harness.cli import main
+from device_archives import check_replay, unpack
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHIVE = ROOT / "docs" / "data" / "h100-two-minute-2026-12-05-e.tar.gz"
@@ -27,24 +24,12 @@ RUNS = {E1.format("aa"): (False, False, 0, 380), E1.format("plantedjob3"): (Fals
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     """The archive unpacked, and a copy of baselines/ without models/ (the reference's)."""
-    where = tmp_path_factory.mktemp("h100e")
-    with tarfile.open(ARCHIVE) as tar:
-        tar.extractall(where, filter="data")
-    shutil.copytree(ROOT / "baselines", where / "reference")
-    shutil.rmtree(where / "reference" / "sm90" / "models")
-    return where
+    return unpack(ARCHIVE, tmp_path_factory.mktemp("h100e"))
 
 
 @pytest.mark.parametrize("run", sorted(RUNS))
 def test_report_reaches_each_jobs_verdicts(root, run, capsys, tmp_path):
-    reference, partial, code, rows = RUNS[run]
-    base = root / "reference" if reference else ROOT / "baselines"
-    capsys.readouterr()
-    args = ["report", str(root / "h100-2026-12-05-e" / run), "--baseline", str(base),
-            "--out", str(tmp_path / "rep")] + (["--partial"] if partial else [])
-    assert main(args) == code
-    assert f"verdicts agree with the bench's stored gate on all {rows} rows" \
-        in capsys.readouterr().out
+    check_replay(root, root / "h100-2026-12-05-e" / run, RUNS[run], tmp_path / "rep", capsys)
 
 
 def _job(root: Path, run: str) -> dict:

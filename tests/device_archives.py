@@ -1,0 +1,36 @@
+"""Device calls' runs committed under docs/data, read back on a CPU: unpack an archive
+beside a copy of baselines/ without ``models/`` (the arch's reference model's rows alone,
+what a foreign job was judged against), and replay a stored run with `harness report`."""
+
+from __future__ import annotations
+
+import shutil
+import tarfile
+from pathlib import Path
+
+from harness.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def unpack(archive: Path, where: Path) -> Path:
+    """``archive`` unpacked into ``where``, with ``where/reference``: baselines/ less
+    ``models/``."""
+    with tarfile.open(archive) as tar:
+        tar.extractall(where, filter="data")
+    shutil.copytree(ROOT / "baselines", where / "reference")
+    shutil.rmtree(where / "reference" / "sm90" / "models")
+    return where
+
+
+def check_replay(root: Path, run_dir: Path, spec: tuple, out: Path, capsys) -> None:
+    """`harness report` of the stored run ``run_dir`` reaches its job's verdicts: ``spec``
+    is (judged against the reference model alone, partial, exit code, rows); the
+    reference's baselines are ``root / "reference"``, the others the committed ones."""
+    reference, partial, code, rows = spec
+    base = root / "reference" if reference else ROOT / "baselines"
+    capsys.readouterr()
+    args = ["report", str(run_dir), "--baseline", str(base), "--out", str(out)]
+    assert main(args + (["--partial"] if partial else [])) == code
+    assert f"verdicts agree with the bench's stored gate on all {rows} rows" \
+        in capsys.readouterr().out
