@@ -255,7 +255,11 @@ def ab_confirm(
                 raise ValueError("uncommitted changes under harness/: the measured code is "
                                  "not a commit")
             head = resolve_revision(repo, "HEAD")
-            shas = {c: resolve_revision(repo, c) for c in groups}
+            shas = _reachable(repo, groups, echo)
+            groups = {c: g for c, g in groups.items() if c in shas}
+            if not groups:
+                raise ValueError("no baseline commit of these rows is in this repository")
+            members = [mv for group in groups.values() for mv in group]
             plugins = tuple(dict.fromkeys(
                 str(p) for m in matrices_ab
                 for p in read_meta(run_dir / f"{m}.json").extra.get("plugins", ()) or ()))
@@ -300,6 +304,20 @@ def _head(repo: Path) -> str:
         return resolve_revision(repo, "HEAD")
     except EXPECTED_ERRORS:
         return ""
+
+
+def _reachable(repo: Path, groups: Mapping, echo: Callable[[str], None]) -> dict[str, str]:
+    """Each group's baseline commit resolved (commit -> sha); a commit that cannot be (a
+    shallow clone without it) is left out with one line: its rows keep their verdicts,
+    the other commits' rows are still measured."""
+    shas = {}
+    for commit, group in groups.items():
+        try:
+            shas[commit] = resolve_revision(repo, commit)
+        except EXPECTED_ERRORS as exc:
+            echo(f"harness job: A/B of the {len(group)} row(s) of baseline commit "
+                 f"{commit[:12]} not done, their verdicts stand: {one_line(exc)}")
+    return shas
 
 
 def _part(sha: str, rows: list[RowVerdict], universe: list) -> APart:

@@ -456,6 +456,32 @@ def test_a_mixed_commit_baseline_gets_one_compare_each_commit_measuring_its_rows
     assert f"against {mid_sha[:12]}:" in text and f"against {base_sha[:12]}:" in text
 
 
+def test_rows_of_a_baseline_commit_not_in_the_repository_keep_their_verdicts(tmp_path):
+    """A baseline whose M1 marlin_asym rows name a commit this clone lacks: one line says
+    so, those rows keep their stored SLOWER, the other commit's rows are still A/B'd
+    (and cleared: this machine's offset)."""
+    repo, base_sha, head_sha = _repo(tmp_path, "1.00")
+    gone = "e" * 40
+
+    def measured_at(r):
+        return gone if r.case_id.startswith("M1-") and r.path == "marlin_asym" else base_sha
+    mixed = [replace(r, commit=measured_at(r)[:12]) for r in BASE]
+    run_dir = _stored(tmp_path, base_sha, head_sha, baseline=mixed)
+    fake, said = ThisMachine(), []
+    code = ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, rounds=2, repo=repo, runner=fake,
+                             echo=said.append)
+    assert code == 1
+    assert [line for line in said if gone[:12] in line and "not done" in line]
+    assert {c.revision for c in fake.calls} == {base_sha, head_sha}
+    rec = stored_ab(read_meta(run_dir / "synthetic.json"))
+    assert {r.key[0].split("-")[0] for r in rec.rows} == {"M16"}
+    assert {r.verdict for r in rec.rows} == {"SAME"}
+    gate = read_meta(run_dir / "synthetic.json").extra["gate"]["verdicts"]
+    assert {k for k, v in gate.items() if v == "SLOWER"} == {
+        "|".join(r.key) for r in BASE if measured_at(r) == gone and r.status == "ok"}
+
+
 def test_the_path_screen_reads_a_path_against_the_others_not_the_machine_offset():
     """Every path 1.5% slower (another machine of the model): no path moved against the
     others, and 1.5% is inside the row screen: nothing to A/B, where an absolute 1% path
