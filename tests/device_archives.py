@@ -1,6 +1,8 @@
 """Device calls' runs committed under docs/data, read back on a CPU: unpack an archive
 beside a copy of baselines/ without ``models/`` (the arch's reference model's rows alone,
-what a foreign job was judged against), and replay a stored run with `harness report`."""
+what a foreign job was judged against) and one with the archive's ``baselines-then/``
+model folders in place of the committed ones (the model baseline its same-model jobs
+were judged against, since re-recorded), and replay a stored run with `harness report`."""
 
 from __future__ import annotations
 
@@ -15,20 +17,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def unpack(archive: Path, where: Path) -> Path:
     """``archive`` unpacked into ``where``, with ``where/reference``: baselines/ less
-    ``models/``."""
+    ``models/``, and ``where/then``: baselines/ with each model folder of the archive's
+    ``*/baselines-then/`` in place of the committed one (baselines/ as it is without)."""
     with tarfile.open(archive) as tar:
         tar.extractall(where, filter="data")
     shutil.copytree(ROOT / "baselines", where / "reference")
     shutil.rmtree(where / "reference" / "sm90" / "models")
+    shutil.copytree(ROOT / "baselines", where / "then")
+    for model in where.glob("*/baselines-then/*/models/*"):
+        mine = where / "then" / model.parent.parent.name / "models" / model.name
+        shutil.rmtree(mine, ignore_errors=True)
+        shutil.copytree(model, mine)
     return where
 
 
 def check_replay(root: Path, run_dir: Path, spec: tuple, out: Path, capsys) -> None:
     """`harness report` of the stored run ``run_dir`` reaches its job's verdicts: ``spec``
     is (judged against the reference model alone, partial, exit code, rows); the
-    reference's baselines are ``root / "reference"``, the others the committed ones."""
+    reference's baselines are ``root / "reference"``, the others ``root / "then"``."""
     reference, partial, code, rows = spec
-    base = root / "reference" if reference else ROOT / "baselines"
+    base = root / ("reference" if reference else "then")
     capsys.readouterr()
     args = ["report", str(run_dir), "--baseline", str(base), "--out", str(out)]
     assert main(args + (["--partial"] if partial else [])) == code

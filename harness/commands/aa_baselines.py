@@ -11,6 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import Settings
+from ..engines.revisions import MEASURED_CODE, same_measured_code
 from ..reports.calibration import (
     DEFAULT_COVERAGE,
     DEFAULT_PRIOR_DF,
@@ -45,17 +46,25 @@ from ..results.writer import DirLock
 from .baseline_rows import RowFilter, previous_baselines, select_rows, where_to
 
 
-def _load_aa_runs(run_paths: Sequence[str | Path],
-                  echo: Callable[[str], None] = print) -> list[Run]:
+def _load_aa_runs(run_paths: Sequence[str | Path], echo: Callable[[str], None] = print,
+                  same_code: Path | None = None) -> tuple[list[Run], str | None]:
     """Stored A/A runs of one commit, in comparable environments (one-line errors;
-    ``check_environment``'s warnings are echoed)."""
+    ``check_environment``'s warnings are echoed), and None. ``same_code`` (a git
+    repository): runs of several commits are taken when those commits measured the same
+    code (``engines.revisions.same_measured_code``), with the newest of them, which the
+    baseline then names."""
     if len(run_paths) < 2:
         raise ValueError(f"--runs: calibration needs at least 2 A/A runs, got {len(run_paths)}")
     runs = [load_run(p) for p in run_paths]
     commits = {r.environment.commit for r in runs}
+    if len(commits) > 1 and same_code is None:
+        raise ValueError("--runs: A/A calibration needs runs of one commit (or --same-code); "
+                         "got " + ", ".join(sorted(commits)))
+    named = None
     if len(commits) > 1:
-        raise ValueError("--runs: A/A calibration needs runs of one commit; got "
-                         + ", ".join(sorted(commits)))
+        named = same_measured_code(same_code, sorted(commits))
+        echo(f"harness baseline: runs of {len(commits)} commits with the same measured code "
+             f"({', '.join(MEASURED_CODE)}): the baseline names {named[:12]}")
     warnings: list[str] = []
     for matrix, holding in _by_matrix(runs).items():   # each matrix's own recorded env
         first = holding[0]
@@ -66,7 +75,7 @@ def _load_aa_runs(run_paths: Sequence[str | Path],
                 current=f"A/A run {other.source}")
     for line in warning_lines("harness baseline", dict.fromkeys(warnings)):
         echo(line)
-    return runs
+    return runs, named
 
 
 def _by_matrix(runs: Sequence[Run]) -> dict[str, list[Run]]:
@@ -125,11 +134,12 @@ def _say_margins(echo, matrix: str, runs: int, machines: int,
 def calibrate(
     run_paths: Sequence[str | Path], root: str | Path, settings: Settings, *,
     arch: str | None = None, coverage: float = DEFAULT_COVERAGE, prior_df: float = DEFAULT_PRIOR_DF,
-    echo: Callable[[str], None] = print,
+    echo: Callable[[str], None] = print, same_code: Path | None = None,
 ) -> dict[str, dict[Key, float]]:
-    """Noise margins from N A/A runs of one commit (``harness.reports.calibration``),
-    stored in the existing baseline json(s); the baseline rows are kept."""
-    all_runs = _load_aa_runs(run_paths, echo)
+    """Noise margins from N A/A runs of one commit (``harness.reports.calibration``; or
+    of several with ``same_code``, as ``record``), stored in the existing baseline
+    json(s); the baseline rows are kept."""
+    all_runs, _ = _load_aa_runs(run_paths, echo, same_code)
     arch = run_arch(all_runs[0], arch)
     directory = where_to(root, arch, all_runs[0], False, echo)   # the runs' model's baseline
     out: dict[str, dict[Key, float]] = {}
@@ -156,7 +166,7 @@ def record(
     run_paths: Sequence[str | Path], root: str | Path, settings: Settings, *,
     arch: str | None = None, coverage: float = DEFAULT_COVERAGE, prior_df: float = DEFAULT_PRIOR_DF,
     echo: Callable[[str], None] = print, only_faster: bool = False, paths: Sequence[str] = (),
-    reference: bool = False,
+    reference: bool = False, same_code: Path | None = None,
 ) -> list[Path]:
     """A new baseline from N A/A runs of one commit: per key the medoid run's row (the run
     whose median is nearest the runs' median) and margins from all of them. The json names
@@ -171,9 +181,13 @@ def record(
     every key they timed, kept rows included: they describe the machines' noise, which
     holds for a kept row as well; a kept key the runs did not time keeps its previous
     margin. Nothing is written when a matrix has no comparable previous baseline or
-    ``paths`` names a path of neither side (one-line errors)."""
+    ``paths`` names a path of neither side (one-line errors).
+
+    ``same_code`` (``--same-code``, a git repository): the runs may be of several commits
+    that measured the same code; the baseline's rows and environment then name the newest
+    of them (what the job's A/B builds), and its sources each run's own commit."""
     only = RowFilter(only_faster, tuple(paths))
-    all_runs = _load_aa_runs(run_paths, echo)
+    all_runs, named = _load_aa_runs(run_paths, echo, same_code)
     arch = run_arch(all_runs[0], arch)
     directory = where_to(root, arch, all_runs[0], reference, echo)
     pending = []
@@ -192,6 +206,12 @@ def record(
             env = (first.environment if first else runs[0].environment).with_fallbacks(arch=arch)
             margins = {k: s.margin for k, s in spread.items()}
             source = f"{len(runs)} A/A runs of {env.commit[:12]} (calibration.sources)"
+            if named:           # the same measured code, several commits: one names them
+                env = replace(env, commit=named[:12])
+                rows = [replace(r, commit=named[:12]) for r in rows]
+                source = (f"{len(runs)} A/A runs of {len({_env(r, matrix).commit for r in runs})}"
+                          f" commits with the same measured code, named {named[:12]} "
+                          "(calibration.sources)")
             if only.active:
                 rows, margins, source = _keep_previous(matrix, runs[0], env, rows, margins,
                                                        source, previous[matrix], only,
@@ -243,13 +263,14 @@ def _keep_previous(
 
 def lomo_table(run_paths: Sequence[str | Path], settings: Settings, *, coverage: float,
                prior_df: float, planted: float, modes: Sequence[str],
-               screen: float | None = None) -> tuple[list[str], bool]:
+               screen: float | None = None,
+               same_code: Path | None = None) -> tuple[list[str], bool]:
     """The leave-one-machine-out check as printable lines, and whether it held: no false
     SLOWER in any held-out run and each planted slowdown caught in >= 95% of its rows with
     no other row failing. With ``screen`` (the job's A/B confirmation): the lines also
     count the rows its screen sends to A/B, and "caught" is judged on them (A/B on one
     machine decides a screened row; an unchanged build is cleared there)."""
-    all_runs = _load_aa_runs(run_paths)
+    all_runs, _ = _load_aa_runs(run_paths, same_code=same_code)
     lines = [f"leave-one-machine-out: {len(all_runs)} run directories on "
              f"{len(set(machines_of([r.environment for r in all_runs])))} machine(s), "
              f"coverage {coverage}, prior_df {prior_df:g}, planted +{planted:.0%}, "

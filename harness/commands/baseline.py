@@ -65,6 +65,9 @@ REFERENCE_HELP = ("write into baselines/<arch>/ itself, making this GPU model th
 RUNS_HELP = ("A/A result directories of one commit, from separate processes on separate "
              "machines (at least 4 processes on 3 machines for a baseline that must hold on a "
              "new machine; docs/measurement.md)")
+SAME_CODE_HELP = ("take runs of several commits whose measured code (harness/kernels, "
+                  "measure, cases, model) has the same git trees; the baseline names the "
+                  "newest of them, its sources every run's own commit")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -104,6 +107,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         c.add_argument("--prior-df", type=float, default=DEFAULT_PRIOR_DF,
                        help="weight, in degrees of freedom, of the class's pooled spread against a "
                             f"row's own (default {DEFAULT_PRIOR_DF:g})")
+        c.add_argument("--same-code", action="store_true", help=SAME_CODE_HELP)
         if name == "record":
             c.add_argument("--only-faster", action="store_true", help=ONLY_FASTER_HELP)
             c.add_argument("--paths", default=None, metavar="P1,P2", help=PATHS_HELP)
@@ -148,7 +152,7 @@ def _ask_accept() -> bool:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     calibrate(args.runs, args.root, settings_from_args(args), arch=args.arch,
-              coverage=args.coverage, prior_df=args.prior_df)
+              coverage=args.coverage, prior_df=args.prior_df, same_code=_repo(args))
     return 0
 
 
@@ -156,8 +160,13 @@ def run_record(args: argparse.Namespace) -> int:
     only = row_filter(args.only_faster, args.paths)
     record(args.runs, args.root, settings_from_args(args), arch=args.arch,
            coverage=args.coverage, prior_df=args.prior_df, only_faster=only.only_faster,
-           paths=only.paths, reference=args.reference)
+           paths=only.paths, reference=args.reference, same_code=_repo(args))
     return 0
+
+
+def _repo(args: argparse.Namespace) -> Path | None:
+    """``--same-code``'s repository: this directory's (where the commits are resolved)."""
+    return Path(".") if args.same_code else None
 
 
 def run_lomo(args: argparse.Namespace) -> int:
@@ -166,7 +175,8 @@ def run_lomo(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     lines, ok = lomo_table(args.runs, settings, coverage=args.coverage,
                            prior_df=args.prior_df, planted=args.planted, modes=csv_list(args.modes),
-                           screen=settings.ab_screen if args.ab_screen else None)
+                           screen=settings.ab_screen if args.ab_screen else None,
+                           same_code=_repo(args))
     print("\n".join(lines))
     return 0 if ok else 1
 

@@ -104,6 +104,28 @@ def git(repo: Path, *args: str) -> str:
     return proc.stdout.strip()
 
 
+#: The folders whose code a timing row measures: the paths and their sources, the timers
+#: and runner, the case data, the perplexity model. Two commits with the same trees there
+#: measure the same code (``same_measured_code``).
+MEASURED_CODE = ("harness/kernels", "harness/measure", "harness/cases", "harness/model")
+
+
+def same_measured_code(repo: Path, commits: Sequence[str]) -> str:
+    """The newest of ``commits`` (the one the others lead to; of several tips, the latest
+    by commit time) when every one has the same git trees at ``MEASURED_CODE``: their A/A
+    runs measured the same code and may make one baseline, named by that commit. A commit
+    git cannot resolve, or a folder whose tree differs, is one ``CompareError`` line."""
+    shas = [resolve_revision(repo, c) for c in commits]
+    for folder in MEASURED_CODE:
+        trees = {sha: git(repo, "rev-parse", f"{sha}:{folder}") for sha in shas}
+        if len(set(trees.values())) > 1:
+            a, b = sorted(trees, key=trees.get)[0], sorted(trees, key=trees.get)[-1]
+            raise CompareError(f"commits {a[:12]} and {b[:12]} differ in {folder}: their "
+                               "runs measured different code")
+    tips = git(repo, "merge-base", "--independent", *dict.fromkeys(shas)).split()
+    return max(tips, key=lambda sha: int(git(repo, "log", "-1", "--format=%ct", sha)))
+
+
 def resolve_revision(repo: Path, spec: str) -> str:
     """The full sha of ``spec`` (a branch, tag, sha, ``HEAD~1``...) in ``repo``."""
     if spec.startswith("-"):

@@ -3,6 +3,7 @@ baseline rows, ``baseline record`` and the leave-one-machine-out check."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 from dataclasses import replace
@@ -166,6 +167,67 @@ def test_record_refuses_runs_of_two_commits(tmp_path, capsys):
                  "--root", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err.strip()
     assert "one commit" in err and "\n" not in err
+
+
+def _code_repo(where):
+    """A git repository with the measured folders; commits: base, docs only, kernel."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", "-C", str(where), *args], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    where.mkdir()
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    for folder in ("kernels", "measure", "cases", "model"):
+        (where / "harness" / folder).mkdir(parents=True)
+        (where / "harness" / folder / "code.py").write_text(f"# {folder}\n")
+    shas = []
+    for name, path in (("base", "README.md"), ("docs", "README.md"),
+                       ("kernel", "harness/kernels/code.py")):
+        target = where / path
+        target.write_text(target.read_text() + name + "\n" if target.exists() else name)
+        git("add", ".")
+        git("commit", "-qm", name, "--date", f"2026-12-0{len(shas) + 1}T00:00:00")
+        shas.append(git("rev-parse", "HEAD"))
+    return shas
+
+
+def test_record_takes_runs_of_commits_with_the_same_measured_code(tmp_path, capsys,
+                                                                 monkeypatch):
+    """--same-code: runs of two commits that differ outside harness/kernels, measure, cases
+    and model make one baseline named by the newer commit, its sources each run's own; a
+    commit that changed the measured code is refused in one line naming the folder."""
+    from harness.cli import main
+
+    base, docs, kernel = _code_repo(tmp_path / "repo")
+    monkeypatch.chdir(tmp_path / "repo")
+    runs, labels = _fleet(machines=3, per_machine=1, offset_sd=0.004, seed=3)
+    paths = []
+    for i, (rows, label) in enumerate(zip(runs, labels, strict=True)):
+        commit = (base, docs, kernel)[i]
+        env = Environment(arch="sm90", gpu_name="synthetic H200", commit=commit[:12],
+                          date="2026-12-03T08:00:00+00:00",
+                          **_ids(f"GPU-{label}", f"boot-{label}"))
+        write_run(tmp_path / f"aa{i}", replace_commit(rows, commit[:12]),
+                  RunMeta(matrix="synthetic", environment=env))
+        paths.append(str(tmp_path / f"aa{i}"))
+    bl = tmp_path / "baselines"
+    assert main(["baseline", "record", "--runs", *paths[:2], "--root", str(bl)]) == 2
+    assert "--same-code" in capsys.readouterr().err
+    assert main(["baseline", "record", "--runs", *paths[:2], "--root", str(bl),
+                 "--same-code"]) == 0
+    assert f"the baseline names {docs[:12]}" in capsys.readouterr().out
+    meta = json.loads((bl / "sm90" / "synthetic.json").read_text())
+    assert meta["environment"]["commit"] == docs[:12]
+    assert {s["commit"] for s in meta["calibration"]["sources"]} == {base[:12], docs[:12]}
+    with open(bl / "sm90" / "synthetic.csv") as fh:
+        assert {row["commit"] for row in csv.DictReader(fh)} == {docs[:12]}
+    assert main(["baseline", "record", "--runs", *paths, "--root", str(bl),
+                 "--same-code"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "differ in harness/kernels" in err and "\n" not in err
 
 
 def replace_commit(rows, commit):
