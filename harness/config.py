@@ -92,9 +92,8 @@ class Settings:
         0, "another GPU model: rows per class (path, mode, M bucket) measured here at the "
         "baseline's commit for the machine factor; 0: every gated row", low=0, high=10000,
         stored_default=4)
-    projection_min_samples: int = _setting(
-        0, "another GPU model: min_samples of those benches (the A/B's keep min_samples); "
-        "0: min_samples", low=0, high=2000, stored_default=0)
+    projection_min_samples: int = _setting(0, "another GPU model: min_samples of those benches "
+                                           "(0: min_samples)", low=0, high=2000, stored_default=0)
     policy_min_lead: float = _setting(0.02, "dispatch policy: a class's winner leads by this, "
                                       "its interval above 0, or it is a tie", stored_default=0.02)
     fail_on_winner_change: int = _setting(0, "1: WINNER_CHANGED fails; 0: reported", high=1,

@@ -51,12 +51,11 @@ from ..reports.verdicts import GateResult, RowVerdict, Verdict
 from ..results.baseline import check_baseline_gate, run_settings
 from ..results.models import load_for_model
 from ..results.store import load_run, read_meta, write_meta
-from .bench_runner import bench_paths, bench_rows, with_requests
-from .compare import APart, compare
+from .bench_runner import with_requests
+from .compare import APart, compare, selection
 from .projection_step import Projected, measure_sample, project, sample_plan
 from .revisions import (
     BenchRunner,
-    case_filter,
     resolve_revision,
     subprocess_runner,
 )
@@ -267,14 +266,11 @@ def ab_confirm(
                         if v.current is not None]
             parts = [_part(shas[c], [v for _, v in group], universe)
                      for c, group in groups.items()] if len(groups) > 1 else []
-            slow = [v for _, v in members]
+            filt, paths, modes, _, only = selection([v.current for _, v in members], universe)
             outcome = compare(next(iter(shas.values())), head, settings,
                               work_dir=run_dir / "ab" / "+".join(matrices_ab), repo=repo,
-                              matrix=",".join(matrices_ab),
-                              filter=case_filter([v.current for v in slow], universe=universe),
-                              paths=bench_paths({v.path for v in slow}),
-                              rows=bench_rows(v.key for v in slow),
-                              modes=sorted({v.mode for v in slow}), rounds=rounds, confirm=False,
+                              matrix=",".join(matrices_ab), filter=filt, paths=paths,
+                              rows=only, modes=modes, rounds=rounds, confirm=False,
                               runner=current_side_plugins(runner, plugins, repo), echo=echo,
                               a_parts=parts)
         except EXPECTED_ERRORS as exc:
@@ -322,10 +318,8 @@ def _reachable(repo: Path, groups: Mapping, echo: Callable[[str], None]) -> dict
 
 def _part(sha: str, rows: list[RowVerdict], universe: list) -> APart:
     """The A side's part at ``sha``: exactly ``rows`` (their baseline rows' commit)."""
-    current = [v.current for v in rows]
-    return APart(sha, frozenset(v.key for v in rows), case_filter(current, universe=universe),
-                 tuple(bench_paths({v.path for v in rows})), tuple(sorted({v.mode for v in rows})),
-                 bench_rows(v.key for v in rows))
+    filt, paths, modes, _, only = selection([v.current for v in rows], universe)
+    return APart(sha, frozenset(v.key for v in rows), filt, paths, modes, only)
 
 
 def row_commit(v: RowVerdict, fallback: str) -> str:

@@ -140,13 +140,13 @@ def compare(
     rounds_of: dict[str, list[list[ResultRow]]] = {"A": [], "B": []}
     firsts: dict[str, Run] = {}       # a measured side's first round: its environment and settings
 
-    def measure(legs: Sequence[_Leg], rounds_: Sequence[int], sub, pick) -> list[tuple[str, Run]]:
+    def measure(legs: Sequence[_Leg], rounds_: Sequence[int], sub,
+                pick) -> list[tuple[str, _Leg, Run]]:
         """Interleaved rounds (A B, then B A, ...) of ``legs``, pipelined by
         ``bench_runner.run_pipelined`` (the next bench starts up while one measures);
         ``sub(r)`` names a round's folder, ``pick(leg)`` its selection (filter, paths,
-        modes, rows; None: the leg has nothing to measure). Returns (label, run) of each
-        round's benches in measuring order, the parts of A one entry each, with the
-        round's folder: (round, leg, run)."""
+        modes, rows; None: the leg has nothing to measure). Returns (round folder, leg,
+        run) of every bench, in measuring order."""
         jobs = []
         for r in rounds_:
             for leg in (legs if r % 2 == 0 else legs[::-1]):
@@ -236,7 +236,7 @@ def compare(
 
                 def pick(leg: _Leg, wanted=wanted):
                     mine = wanted & leg.part.keys if leg.part else wanted
-                    return _selection([r for r in b_rows if r.key in mine], b_rows) \
+                    return selection([r for r in b_rows if r.key in mine], b_rows) \
                         if mine else None
                 got = measure(legs, more, lambda r: f"round{r}", pick)
                 for label, side_rounds in by_round(got, lambda r: r.key in wanted).items():
@@ -250,7 +250,7 @@ def compare(
         if both and confirm:
             def remeasure(keys: list[Key]):
                 wanted = set(keys)
-                sel = _selection([r for r in b_rows if r.key in wanted], b_rows)
+                sel = selection([r for r in b_rows if r.key in wanted], b_rows)
                 got = by_round(measure(legs, [rounds], lambda r: "remeasure",
                                        lambda leg: sel), lambda r: r.key in wanted)
                 return got["A"][0], got["B"][0]
@@ -273,7 +273,8 @@ def compare(
     return CompareOutcome(result, tuple(a_rows), tuple(b_rows), a, b, extended)
 
 
-def _selection(rows: Sequence[ResultRow], universe: Sequence[ResultRow]) -> tuple:
-    """A bench's selection (filter, paths, modes, plugins, rows) of exactly ``rows``."""
+def selection(rows: Sequence[ResultRow], universe: Sequence[ResultRow]) -> tuple:
+    """A bench's selection of exactly ``rows`` (``universe``: the rows their cases come
+    from): (filter, paths, modes, plugins, rows), ``BenchRequest``'s fields in order."""
     return (case_filter(rows, universe), tuple(bench_paths({r.path for r in rows})),
             tuple(sorted({r.mode for r in rows})), (), bench_rows(r.key for r in rows))

@@ -119,7 +119,8 @@ def same_measured_code(repo: Path, commits: Sequence[str]) -> str:
     for folder in MEASURED_CODE:
         trees = {sha: git(repo, "rev-parse", f"{sha}:{folder}") for sha in shas}
         if len(set(trees.values())) > 1:
-            a, b = sorted(trees, key=trees.get)[0], sorted(trees, key=trees.get)[-1]
+            ordered = sorted(trees, key=trees.get)
+            a, b = ordered[0], ordered[-1]
             raise CompareError(f"commits {a[:12]} and {b[:12]} differ in {folder}: their "
                                "runs measured different code")
     tips = git(repo, "merge-base", "--independent", *dict.fromkeys(shas)).split()

@@ -20,11 +20,16 @@ def _run(*args, study: Path = STUDY):
                           capture_output=True, text=True)
 
 
+def _said(*args, study: Path = STUDY) -> str:
+    """The script's output, after checking it exited 0."""
+    out = _run(*args, study=study)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_the_shipped_pick_reproduces_the_documented_targets(tmp_path):
     table = tmp_path / "pick.md"
-    out = _run("--picks", "decode=stream,mid=wide,large=wide", "--markdown", str(table))
-    assert out.returncode == 0, out.stderr
-    said = out.stdout
+    said = _said("--picks", "decode=stream,mid=wide,large=wide", "--markdown", str(table))
     assert "FAIL: graph excess over Marlin + empty kernel <= 3 pp (median) (18.3 pp)" in said
     assert "max 41.8 pp at M16-N2048-K8192-g128-s0" in said
     assert "FAIL: eager overhead <= 15% (median) (36.7%)" in said
@@ -77,9 +82,7 @@ def test_the_rmw_floor_figures_of_hopper_5_6_come_from_the_stored_study(tmp_path
 def test_issue_41s_figure_per_class_and_mode_comes_from_the_stored_study():
     """The shipped default of acffbe3 against Marlin + rmw (docs/hopper.md §5.7): per
     shape class and mode, and issue 41's three targets, all failed today."""
-    out = _run(study=RMW_STUDY)
-    assert out.returncode == 0, out.stderr
-    said = out.stdout
+    said = _said(study=RMW_STUDY)
     assert "  decode  graph  16 shapes (stream): +12.5 / +37.9 at M16-N2048-K8192-g128-s0" in said
     assert "  large   graph   8 shapes (wide): +11.2 / +22.5 at M1024-N2048-K2048-g128-s0" in said
     assert "  all     cold   56 shapes (stream, wide): +23.9 / +52.9" in said

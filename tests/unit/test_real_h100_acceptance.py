@@ -1,7 +1,6 @@
 """The ninth session's three H100 calls (docs/data/h100-two-minute-2026-12-05.tar.gz,
-docs/measurement.md §9.8 and §16.4) read back on a CPU: `harness report` reaches every
-job's verdicts from the stored runs and the committed baselines (the H100's own; the H200
-reference's alone for the foreign jobs), and the figures the docs quote are these files'."""
+docs/measurement.md §9.8 and §16.4) read back on a CPU: the figures the docs quote are these
+files' (test_real_h100_replay.py replays every job's verdicts with `harness report`)."""
 
 from __future__ import annotations
 
@@ -9,29 +8,17 @@ import json
 from pathlib import Path
 
 import pytest
-from device_archives import check_replay, unpack
+from device_archives import unpack
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHIVE = ROOT / "docs" / "data" / "h100-two-minute-2026-12-05.tar.gz"
 D1, D2, D3 = "d1/{}/fc1619417a5c/sm90", "d2/{}/688a16534c5f/sm90", "d3/{}/3782823ef2aa/sm90"
-#: run -> (judged against the H200 reference alone, partial, exit code, rows)
-RUNS = {D1.format("aa"): (False, False, 0, 380), D1.format("aa2"): (False, False, 0, 380),
-        D1.format("foreign"): (True, False, 0, 380),
-        D2.format("aa"): (False, False, 0, 380), D2.format("aa2"): (False, False, 0, 380),
-        D2.format("foreign"): (True, False, 0, 380),
-        D3.format("plantedjob3"): (False, True, 1, 280),
-        D3.format("plantedjob"): (False, True, 1, 280)}
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     """The archive unpacked, and a copy of baselines/ without models/ (the reference's)."""
     return unpack(ARCHIVE, tmp_path_factory.mktemp("h100"))
-
-
-@pytest.mark.parametrize("run", sorted(RUNS))
-def test_report_reaches_each_jobs_verdicts(root, run, capsys, tmp_path):
-    check_replay(root, root / "h100-2026-12-05" / run, RUNS[run], tmp_path / "rep", capsys)
 
 
 def _job(root: Path, run: str) -> dict:

@@ -1,7 +1,6 @@
 """The tenth session's two H100 calls (docs/data/h100-two-minute-2026-12-05-e.tar.gz,
-docs/measurement.md §9.9 and §16.5) read back on a CPU: `harness report` reaches every
-job's verdicts from the stored runs and the committed baselines (the H100's own; the H200
-reference's alone for the foreign jobs), and the figures the docs quote are these files'."""
+docs/measurement.md §9.9 and §16.5) read back on a CPU: the figures the docs quote are these
+files' (test_real_h100_replay.py replays every job's verdicts with `harness report`)."""
 
 from __future__ import annotations
 
@@ -9,27 +8,17 @@ import json
 from pathlib import Path
 
 import pytest
-from device_archives import check_replay, unpack
+from device_archives import unpack
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHIVE = ROOT / "docs" / "data" / "h100-two-minute-2026-12-05-e.tar.gz"
 E1, E2 = "e1/{}/07769aef7973/sm90", "e2/{}/5d57ec3cbb60/sm90"
-#: run -> (judged against the H200 reference alone, partial, exit code, rows)
-RUNS = {E1.format("aa"): (False, False, 0, 380), E1.format("plantedjob3"): (False, True, 1, 280),
-        E1.format("foreign"): (True, False, 0, 380),
-        E2.format("aa"): (False, False, 0, 380), E2.format("aa2"): (False, False, 0, 380),
-        E2.format("foreign"): (True, False, 0, 380)}
 
 
 @pytest.fixture(scope="module")
 def root(tmp_path_factory):
     """The archive unpacked, and a copy of baselines/ without models/ (the reference's)."""
     return unpack(ARCHIVE, tmp_path_factory.mktemp("h100e"))
-
-
-@pytest.mark.parametrize("run", sorted(RUNS))
-def test_report_reaches_each_jobs_verdicts(root, run, capsys, tmp_path):
-    check_replay(root, root / "h100-2026-12-05-e" / run, RUNS[run], tmp_path / "rep", capsys)
 
 
 def _job(root: Path, run: str) -> dict:
@@ -41,8 +30,9 @@ def _doc(root: Path, run: str, matrix: str = "production") -> dict:
 
 
 def test_the_time_lines_the_docs_quote(root):
-    seconds = {run: _job(root, run)["seconds"]["total"] for run in RUNS
-               if "planted" not in run}
+    seconds = {run: _job(root, run)["seconds"]["total"] for run in (
+        E1.format("aa"), E1.format("foreign"), E2.format("aa"), E2.format("aa2"),
+        E2.format("foreign"))}
     assert {r: round(s) for r, s in seconds.items()} == {
         E1.format("aa"): 128, E1.format("foreign"): 149,
         E2.format("aa"): 147, E2.format("aa2"): 91, E2.format("foreign"): 157}

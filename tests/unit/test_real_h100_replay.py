@@ -1,0 +1,48 @@
+"""Every job of the H100 device calls committed under docs/data (the ninth session's
+d1-d3, the tenth's e1-e2; docs/measurement.md §9.8-9.9, §16.4-16.5) replayed on a CPU:
+`harness report` reaches each job's verdicts from its stored run, against the H200
+reference's baseline alone for the foreign jobs and the H100 baseline each same-model job
+was judged against (the archive's ``baselines-then/``). The figures the docs quote are
+checked by test_real_h100_acceptance.py (ninth) and test_real_h100_tenth.py (tenth)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from device_archives import check_replay, unpack
+
+DATA = Path(__file__).resolve().parents[2] / "docs" / "data"
+D1, D2, D3 = "d1/{}/fc1619417a5c/sm90", "d2/{}/688a16534c5f/sm90", "d3/{}/3782823ef2aa/sm90"
+E1, E2 = "e1/{}/07769aef7973/sm90", "e2/{}/5d57ec3cbb60/sm90"
+#: archive -> its top folder and, per run: (judged against the H200 reference alone,
+#: partial, exit code, rows)
+ARCHIVES = {
+    "h100-two-minute-2026-12-05.tar.gz": ("h100-2026-12-05", {
+        D1.format("aa"): (False, False, 0, 380), D1.format("aa2"): (False, False, 0, 380),
+        D1.format("foreign"): (True, False, 0, 380),
+        D2.format("aa"): (False, False, 0, 380), D2.format("aa2"): (False, False, 0, 380),
+        D2.format("foreign"): (True, False, 0, 380),
+        D3.format("plantedjob3"): (False, True, 1, 280),
+        D3.format("plantedjob"): (False, True, 1, 280)}),
+    "h100-two-minute-2026-12-05-e.tar.gz": ("h100-2026-12-05-e", {
+        E1.format("aa"): (False, False, 0, 380), E1.format("plantedjob3"): (False, True, 1, 280),
+        E1.format("foreign"): (True, False, 0, 380),
+        E2.format("aa"): (False, False, 0, 380), E2.format("aa2"): (False, False, 0, 380),
+        E2.format("foreign"): (True, False, 0, 380)}),
+}
+
+
+@pytest.fixture(scope="module")
+def roots(tmp_path_factory):
+    """Each archive unpacked beside its baselines (``device_archives.unpack``)."""
+    return {name: unpack(DATA / name, tmp_path_factory.mktemp(top))
+            for name, (top, _) in ARCHIVES.items()}
+
+
+@pytest.mark.parametrize("archive, run", [(name, run) for name, (_, runs) in ARCHIVES.items()
+                                          for run in sorted(runs)])
+def test_report_reaches_each_jobs_verdicts(roots, archive, run, capsys, tmp_path):
+    top, runs = ARCHIVES[archive]
+    root = roots[archive]
+    check_replay(root, root / top / run, runs[run], tmp_path / "rep", capsys)
