@@ -2,6 +2,9 @@
 // source was compiled in; the Marlin entry points exist only then.
 #include "harness_ops.h"
 
+// pybind11 with torch's tensor caster, without the C++ frontend of <torch/extension.h>.
+#include <torch/csrc/utils/pybind.h>
+
 namespace py = pybind11;
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

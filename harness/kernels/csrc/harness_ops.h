@@ -1,7 +1,10 @@
 // Torch-facing entry points of the harness extension (bound to Python in bindings.cpp).
+// ATen's tensor and c10's checks only: <torch/extension.h> (torch's whole C++ API and
+// pybind11) took 24 s to parse per file, most of a fresh machine's build.
 #pragma once
 
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
 
 #include <string>
 #include <tuple>
@@ -14,25 +17,25 @@
 namespace harness_int4 {
 
 // TORCH_CHECKs that t is a contiguous CUDA tensor of dtype `dtype`; `name` is in the message.
-void check_cuda_tensor(const torch::Tensor& t, const char* name, c10::ScalarType dtype);
+void check_cuda_tensor(const at::Tensor& t, const char* name, c10::ScalarType dtype);
 
 // Native INT4 GEMM into out [M, N] fp16. Bq int32 [K/8, N]; scale, zero fp16 [G, N].
-void native_int4_gemm(const torch::Tensor& A, const torch::Tensor& Bq,
-                      const torch::Tensor& scale, const torch::Tensor& zero,
-                      torch::Tensor& out, int64_t group_size);
+void native_int4_gemm(const at::Tensor& A, const at::Tensor& Bq,
+                      const at::Tensor& scale, const at::Tensor& zero,
+                      at::Tensor& out, int64_t group_size);
 
 // a_sum [M, G] fp32, computed by the a_group_sum kernel. With use_scratch the kernel writes
 // into the cached scratch buffer and a copy is returned (flags apply); otherwise into a
 // fresh tensor.
-torch::Tensor a_group_sum(const torch::Tensor& A, int64_t groups, bool use_scratch,
+at::Tensor a_group_sum(const at::Tensor& A, int64_t groups, bool use_scratch,
                           int64_t flags);
 
 // C += a_sum @ delta via correction_accum (a_sum fp32 [M, G], delta fp32 [G, N]).
-void correction_accum(torch::Tensor& C, const torch::Tensor& a_sum,
-                      const torch::Tensor& delta, int64_t flags);
+void correction_accum(at::Tensor& C, const at::Tensor& a_sum,
+                      const at::Tensor& delta, int64_t flags);
 
 // Both kernels, a_sum in the cached scratch: C += a_group_sum(A) @ delta.
-void apply_correction(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& delta,
+void apply_correction(const at::Tensor& A, at::Tensor& C, const at::Tensor& delta,
                       int64_t flags);
 
 // (pointer, capacity_bytes, grow_count) of the scratch on `device`; release frees it.
@@ -42,7 +45,7 @@ void scratch_free(int64_t device);
 // ---- correction variants (correction_variants.cu): names indexed by variant id.
 std::vector<std::string> correction_variant_names();
 // Only the correction of variant `variant` on an existing C (no Marlin, no zeroing).
-void correction_variant(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& delta,
+void correction_variant(const at::Tensor& A, at::Tensor& C, const at::Tensor& delta,
                         int64_t variant, int64_t flags);
 // One empty kernel on the current stream of `device` (PDL when asked and supported).
 void launch_empty(int64_t device, bool pdl);
@@ -58,21 +61,21 @@ void graph_cache_reset();
 // Marlin + correction variant `variant` in one call (no per-call allocation); returns
 // Marlin's rc, the correction skipped when it is non-zero. Positional arguments keep the
 // Python-side cost of the call low.
-int64_t marlin_asym_variant(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& B,
-                            const torch::Tensor& s, const torch::Tensor& sz,
-                            const torch::Tensor& delta, torch::Tensor& workspace,
+int64_t marlin_asym_variant(const at::Tensor& A, at::Tensor& C, const at::Tensor& B,
+                            const at::Tensor& s, const at::Tensor& sz,
+                            const at::Tensor& delta, at::Tensor& workspace,
                             int64_t groupsize, int64_t variant, int64_t flags, int64_t max_par);
 
 // Marlin's symmetric GEMM (quanto's kernel, q * s + sz); returns Marlin's rc.
-int64_t marlin_gemm(const torch::Tensor& A, const torch::Tensor& B, torch::Tensor& C,
-                    const torch::Tensor& s, const torch::Tensor& sz, torch::Tensor& workspace,
+int64_t marlin_gemm(const at::Tensor& A, const at::Tensor& B, at::Tensor& C,
+                    const at::Tensor& s, const at::Tensor& sz, at::Tensor& workspace,
                     int64_t groupsize, int64_t thread_k, int64_t thread_n, int64_t sms,
                     int64_t max_par);
 
 // Zero C, Marlin, then the correction (skipped when rc != 0); returns Marlin's rc.
-int64_t marlin_mm_asymmetric(const torch::Tensor& A, const torch::Tensor& B, torch::Tensor& C,
-                             const torch::Tensor& s, const torch::Tensor& sz,
-                             const torch::Tensor& delta, torch::Tensor& workspace,
+int64_t marlin_mm_asymmetric(const at::Tensor& A, const at::Tensor& B, at::Tensor& C,
+                             const at::Tensor& s, const at::Tensor& sz,
+                             const at::Tensor& delta, at::Tensor& workspace,
                              int64_t groupsize, int64_t thread_k, int64_t thread_n, int64_t sms,
                              int64_t max_par, int64_t flags);
 #endif

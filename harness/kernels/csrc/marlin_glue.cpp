@@ -19,16 +19,16 @@
 
 namespace harness_int4 {
 
-int64_t marlin_gemm(const torch::Tensor& A, const torch::Tensor& B, torch::Tensor& C,
-                    const torch::Tensor& s, const torch::Tensor& sz, torch::Tensor& workspace,
+int64_t marlin_gemm(const at::Tensor& A, const at::Tensor& B, at::Tensor& C,
+                    const at::Tensor& s, const at::Tensor& sz, at::Tensor& workspace,
                     int64_t groupsize, int64_t thread_k, int64_t thread_n, int64_t sms,
                     int64_t max_par) {
-  check_cuda_tensor(A, "A", torch::kHalf);
-  check_cuda_tensor(B, "B", torch::kInt);
-  check_cuda_tensor(C, "C", torch::kHalf);
-  check_cuda_tensor(s, "s", torch::kHalf);
-  check_cuda_tensor(sz, "sz", torch::kHalf);
-  check_cuda_tensor(workspace, "workspace", torch::kInt);
+  check_cuda_tensor(A, "A", at::kHalf);
+  check_cuda_tensor(B, "B", at::kInt);
+  check_cuda_tensor(C, "C", at::kHalf);
+  check_cuda_tensor(s, "s", at::kHalf);
+  check_cuda_tensor(sz, "sz", at::kHalf);
+  check_cuda_tensor(workspace, "workspace", at::kInt);
   TORCH_CHECK(A.dim() == 2 && C.dim() == 2 && C.size(0) == A.size(0),
               "marlin_gemm: A must be [M, K] and C [M, N]");
   TORCH_CHECK(s.sizes() == sz.sizes(), "marlin_gemm: sz must have the shape of s");
@@ -50,12 +50,12 @@ int64_t marlin_gemm(const torch::Tensor& A, const torch::Tensor& B, torch::Tenso
   return rc;
 }
 
-int64_t marlin_mm_asymmetric(const torch::Tensor& A, const torch::Tensor& B, torch::Tensor& C,
-                             const torch::Tensor& s, const torch::Tensor& sz,
-                             const torch::Tensor& delta, torch::Tensor& workspace,
+int64_t marlin_mm_asymmetric(const at::Tensor& A, const at::Tensor& B, at::Tensor& C,
+                             const at::Tensor& s, const at::Tensor& sz,
+                             const at::Tensor& delta, at::Tensor& workspace,
                              int64_t groupsize, int64_t thread_k, int64_t thread_n, int64_t sms,
                              int64_t max_par, int64_t flags) {
-  check_cuda_tensor(C, "C", torch::kHalf);
+  check_cuda_tensor(C, "C", at::kHalf);
   const c10::cuda::CUDAGuard guard(C.device());
   C.zero_();
   const int64_t rc = marlin_gemm(A, B, C, s, sz, workspace, groupsize, thread_k, thread_n, sms,

@@ -1,6 +1,7 @@
 // Torch wrappers of the harness's own kernels: argument checks, device guard, stream.
 #include "harness_ops.h"
 
+#include <ATen/ops/zeros.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -13,7 +14,7 @@
 
 namespace harness_int4 {
 
-void check_cuda_tensor(const torch::Tensor& t, const char* name, c10::ScalarType dtype) {
+void check_cuda_tensor(const at::Tensor& t, const char* name, c10::ScalarType dtype) {
   TORCH_CHECK(t.is_cuda(), name, " must be a CUDA tensor");
   TORCH_CHECK(t.scalar_type() == dtype, name, " must be ", c10::toString(dtype), ", got ",
               c10::toString(t.scalar_type()));
@@ -21,23 +22,23 @@ void check_cuda_tensor(const torch::Tensor& t, const char* name, c10::ScalarType
 }
 
 namespace {
-const __half* half_ptr(const torch::Tensor& t) {
+const __half* half_ptr(const at::Tensor& t) {
   return reinterpret_cast<const __half*>(t.data_ptr<at::Half>());
 }
-__half* half_ptr_mut(torch::Tensor& t) { return reinterpret_cast<__half*>(t.data_ptr<at::Half>()); }
-cudaStream_t current_stream(const torch::Tensor& t) {
+__half* half_ptr_mut(at::Tensor& t) { return reinterpret_cast<__half*>(t.data_ptr<at::Half>()); }
+cudaStream_t current_stream(const at::Tensor& t) {
   return c10::cuda::getCurrentCUDAStream(t.get_device()).stream();
 }
 }  // namespace
 
-void native_int4_gemm(const torch::Tensor& A, const torch::Tensor& Bq,
-                      const torch::Tensor& scale, const torch::Tensor& zero,
-                      torch::Tensor& out, int64_t group_size) {
-  check_cuda_tensor(A, "A", torch::kHalf);
-  check_cuda_tensor(Bq, "Bq", torch::kInt);
-  check_cuda_tensor(scale, "scale", torch::kHalf);
-  check_cuda_tensor(zero, "zero", torch::kHalf);
-  check_cuda_tensor(out, "out", torch::kHalf);
+void native_int4_gemm(const at::Tensor& A, const at::Tensor& Bq,
+                      const at::Tensor& scale, const at::Tensor& zero,
+                      at::Tensor& out, int64_t group_size) {
+  check_cuda_tensor(A, "A", at::kHalf);
+  check_cuda_tensor(Bq, "Bq", at::kInt);
+  check_cuda_tensor(scale, "scale", at::kHalf);
+  check_cuda_tensor(zero, "zero", at::kHalf);
+  check_cuda_tensor(out, "out", at::kHalf);
   TORCH_CHECK(A.dim() == 2 && Bq.dim() == 2 && out.dim() == 2, "native_int4_gemm: 2-D tensors only");
   const int64_t M = A.size(0), K = A.size(1), N = out.size(1);
   TORCH_CHECK(K % 8 == 0, "native_int4_gemm: K=", K, " must be a multiple of 8");
@@ -54,14 +55,14 @@ void native_int4_gemm(const torch::Tensor& A, const torch::Tensor& Bq,
                                     static_cast<int>(group_size), current_stream(A)));
 }
 
-torch::Tensor a_group_sum(const torch::Tensor& A, int64_t groups, bool use_scratch,
+at::Tensor a_group_sum(const at::Tensor& A, int64_t groups, bool use_scratch,
                           int64_t flags) {
-  check_cuda_tensor(A, "A", torch::kHalf);
+  check_cuda_tensor(A, "A", at::kHalf);
   TORCH_CHECK(A.dim() == 2, "a_group_sum: A must be [M, K]");
   const int64_t M = A.size(0), K = A.size(1);
   TORCH_CHECK(groups > 0 && K % groups == 0, "a_group_sum: groups=", groups, " must divide K=", K);
   const c10::cuda::CUDAGuard guard(A.device());
-  auto out = torch::zeros({M, groups}, A.options().dtype(torch::kFloat));
+  auto out = at::zeros({M, groups}, A.options().dtype(at::kFloat));
   if (!use_scratch) {
     C10_CUDA_CHECK(launch_a_group_sum(half_ptr(A), out.data_ptr<float>(), static_cast<int>(M),
                                       static_cast<int>(K), static_cast<int>(groups), current_stream(A)));
@@ -80,11 +81,11 @@ torch::Tensor a_group_sum(const torch::Tensor& A, int64_t groups, bool use_scrat
   return out;
 }
 
-void correction_accum(torch::Tensor& C, const torch::Tensor& a_sum, const torch::Tensor& delta,
+void correction_accum(at::Tensor& C, const at::Tensor& a_sum, const at::Tensor& delta,
                       int64_t flags) {
-  check_cuda_tensor(C, "C", torch::kHalf);
-  check_cuda_tensor(a_sum, "a_sum", torch::kFloat);
-  check_cuda_tensor(delta, "delta", torch::kFloat);
+  check_cuda_tensor(C, "C", at::kHalf);
+  check_cuda_tensor(a_sum, "a_sum", at::kFloat);
+  check_cuda_tensor(delta, "delta", at::kFloat);
   TORCH_CHECK(C.dim() == 2 && a_sum.dim() == 2 && delta.dim() == 2, "correction_accum: 2-D tensors only");
   const int64_t M = C.size(0), N = C.size(1), G = delta.size(0);
   TORCH_CHECK(a_sum.size(0) == M && a_sum.size(1) == G, "correction_accum: a_sum must be [M, G]");
@@ -95,11 +96,11 @@ void correction_accum(torch::Tensor& C, const torch::Tensor& a_sum, const torch:
                                          static_cast<int>(M), static_cast<int>(flags), current_stream(C)));
 }
 
-void apply_correction(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& delta,
+void apply_correction(const at::Tensor& A, at::Tensor& C, const at::Tensor& delta,
                       int64_t flags) {
-  check_cuda_tensor(A, "A", torch::kHalf);
-  check_cuda_tensor(C, "C", torch::kHalf);
-  check_cuda_tensor(delta, "delta", torch::kFloat);
+  check_cuda_tensor(A, "A", at::kHalf);
+  check_cuda_tensor(C, "C", at::kHalf);
+  check_cuda_tensor(delta, "delta", at::kFloat);
   const int64_t M = A.size(0), K = A.size(1), N = C.size(1), G = delta.size(0);
   TORCH_CHECK(C.size(0) == M && delta.size(1) == N, "apply_correction: C must be [M, N], delta [G, N]");
   TORCH_CHECK(G > 0 && K % G == 0, "apply_correction: delta has ", G, " groups, which must divide K=", K);
@@ -128,11 +129,11 @@ void scratch_free(int64_t device) {
 
 // ---------------------------------------------------------------- correction variants
 namespace {
-CorrectionProblem make_problem(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& delta,
+CorrectionProblem make_problem(const at::Tensor& A, at::Tensor& C, const at::Tensor& delta,
                                int64_t flags, const char* what) {
-  check_cuda_tensor(A, "A", torch::kHalf);
-  check_cuda_tensor(C, "C", torch::kHalf);
-  check_cuda_tensor(delta, "delta", torch::kFloat);
+  check_cuda_tensor(A, "A", at::kHalf);
+  check_cuda_tensor(C, "C", at::kHalf);
+  check_cuda_tensor(delta, "delta", at::kFloat);
   TORCH_CHECK(A.dim() == 2 && C.dim() == 2 && delta.dim() == 2, what, ": A, C, delta must be 2-D");
   const int64_t M = A.size(0), K = A.size(1), N = C.size(1), G = delta.size(0);
   TORCH_CHECK(C.size(0) == M && delta.size(1) == N, what, ": C must be [M, N] and delta [G, N]");
@@ -166,7 +167,7 @@ std::vector<std::string> correction_variant_names() {
   return out;
 }
 
-void correction_variant(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& delta,
+void correction_variant(const at::Tensor& A, at::Tensor& C, const at::Tensor& delta,
                         int64_t variant, int64_t flags) {
   const CorrectionProblem p = make_problem(A, C, delta, flags, "correction_variant");
   check_variant(p, variant, "correction_variant");
@@ -220,16 +221,16 @@ int launch_quanto_marlin(const MarlinCall& c, cudaStream_t stream) {
 }
 }  // namespace
 
-int64_t marlin_asym_variant(const torch::Tensor& A, torch::Tensor& C, const torch::Tensor& B,
-                            const torch::Tensor& s, const torch::Tensor& sz,
-                            const torch::Tensor& delta, torch::Tensor& workspace,
+int64_t marlin_asym_variant(const at::Tensor& A, at::Tensor& C, const at::Tensor& B,
+                            const at::Tensor& s, const at::Tensor& sz,
+                            const at::Tensor& delta, at::Tensor& workspace,
                             int64_t groupsize, int64_t variant, int64_t flags, int64_t max_par) {
   const CorrectionProblem p = make_problem(A, C, delta, flags, "marlin_asym_variant");
   check_variant(p, variant, "marlin_asym_variant");
-  check_cuda_tensor(B, "B", torch::kInt);
-  check_cuda_tensor(s, "s", torch::kHalf);
-  check_cuda_tensor(sz, "sz", torch::kHalf);
-  check_cuda_tensor(workspace, "workspace", torch::kInt);
+  check_cuda_tensor(B, "B", at::kInt);
+  check_cuda_tensor(s, "s", at::kHalf);
+  check_cuda_tensor(sz, "sz", at::kHalf);
+  check_cuda_tensor(workspace, "workspace", at::kInt);
   TORCH_CHECK(s.sizes() == sz.sizes(), "marlin_asym_variant: sz must have the shape of s");
   TORCH_CHECK(workspace.numel() >= p.N / 128 * max_par,
               "marlin_asym_variant: workspace needs at least N/128*max_par = ", p.N / 128 * max_par,
