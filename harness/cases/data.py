@@ -26,14 +26,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from . import streams
 from .case import GemmCase
 from .data_cache import cached_arrays
 
 DATA_VERSION = 1
-#: What determines the bits of the data besides the arguments: this file's source and the
-#: numerical libraries' versions (the disk cache's key, ``data_cache``).
+#: What determines the bits of the data besides the arguments: this file's and streams.py's
+#: sources and the numerical libraries' versions (the disk cache's key, ``data_cache``).
 VERSION_KEY = hashlib.sha256(b"|".join([
-    Path(__file__).read_bytes(), np.__version__.encode(), torch.__version__.encode(),
+    Path(__file__).read_bytes(), Path(streams.__file__).read_bytes(),
+    np.__version__.encode(), torch.__version__.encode(),
 ])).hexdigest()[:16]
 _SQRT3 = 1.7320508075688772  # sqrt(3) as a literal: Irwin-Hall(4) has variance 1/3
 
@@ -105,43 +107,47 @@ class QuantizedWeight:
 
 def _uniform(entropy: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
     """float64 uniforms in [0, 1) from 32-bit halves of PCG64 raw outputs (exact values)."""
-    n = int(np.prod(shape))
-    bitgen = np.random.PCG64(np.random.SeedSequence(list(entropy)))
-    raw = bitgen.random_raw((n + 1) // 2).astype(np.uint64)
-    halves = np.empty(2 * raw.size, dtype=np.uint64)
-    halves[0::2] = raw & np.uint64(0xFFFFFFFF)
-    halves[1::2] = raw >> np.uint64(32)
-    return (halves[:n].astype(np.float64) * (1.0 / 4294967296.0)).reshape(shape)
-
-
-def _normalish(entropy: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
-    """Irwin-Hall(4) scaled to unit variance; the four terms are added in a fixed order."""
-    u = _uniform(entropy, (4,) + tuple(shape))
-    return (((u[0] + u[1]) + u[2]) + u[3] - 2.0) * _SQRT3
+    return streams.uniform(entropy, shape)
 
 
 def generate_weight(N: int, K: int, seed: int, stream: int = _STREAM_WEIGHT) -> torch.Tensor:
-    """Full-precision weight W[K, N] (float32), heavy-tailed with a few outlier columns."""
+    """Full-precision weight W[K, N] (float32), heavy-tailed with a few outlier columns.
+
+    W = z * sigma * col_scale * 0.02 in float64, rounded once to float32: z Irwin-Hall(4)
+    at unit variance (stream part 0), sigma 1, 2.5 or 6 for a uniform of part 1 below
+    0.90, 0.98 or above, col_scale 8 on the N // 100 columns (at least one) whose part-2
+    uniforms are smallest, else 1. Computed in row chunks (``streams``), the same bits."""
     ent = (DATA_VERSION, stream, seed, N, K)
-    z = _normalish(ent + (0,), (K, N))
-    mix = _uniform(ent + (1,), (K, N))
-    sigma = np.where(mix < 0.90, 1.0, np.where(mix < 0.98, 2.5, 6.0))
-    col = _uniform(ent + (2,), (N,))
+    col = streams.uniform(ent + (2,), (N,))
     n_out = max(1, N // 100)
     outlier_cols = np.argsort(col, kind="stable")[:n_out]
     col_scale = np.ones(N)
     col_scale[outlier_cols] = 8.0
-    w = z * sigma * col_scale[None, :] * 0.02
-    return torch.from_numpy(w.astype(np.float32))
+    out = np.empty((K, N), dtype=np.float32)
+
+    def fill(r0: int, r1: int) -> None:
+        z = streams.normalish_rows(ent + (0,), (K, N), r0, r1, _SQRT3)
+        mix = streams.uniform_at(ent + (1,), r0 * N, (r1 - r0) * N).reshape(r1 - r0, N)
+        sigma = np.where(mix < 0.90, 1.0, np.where(mix < 0.98, 2.5, 6.0))
+        out[r0:r1] = z * sigma * col_scale[None, :] * 0.02      # one rounding to float32
+
+    streams.by_row_chunks(K, N, fill)
+    return torch.from_numpy(out)
 
 
 def generate_activations(M: int, K: int, seed: int) -> torch.Tensor:
     """Activations A[M, K] (float16): unit-variance with ~0.5% outlier channels x10."""
     ent = (DATA_VERSION, _STREAM_ACT, seed, M, K)
-    z = _normalish(ent + (0,), (M, K))
-    ch = _uniform(ent + (1,), (K,))
+    ch = streams.uniform(ent + (1,), (K,))
     ch_scale = np.where(ch < 0.005, 10.0, 1.0)
-    return torch.from_numpy((z * ch_scale[None, :]).astype(np.float16))
+    out = np.empty((M, K), dtype=np.float16)
+
+    def fill(r0: int, r1: int) -> None:
+        z = streams.normalish_rows(ent + (0,), (M, K), r0, r1, _SQRT3)
+        out[r0:r1] = z * ch_scale[None, :]                        # one rounding to float16
+
+    streams.by_row_chunks(M, K, fill)
+    return torch.from_numpy(out)
 
 
 def quantize_asymmetric(w: torch.Tensor, group_size: int) -> QuantizedWeight:

@@ -1,14 +1,16 @@
 """A disk cache of generated case data, shared by every process of a machine.
 
-Generating a matrix's weights and activations is CPU work in fp64 (``data.py``): about
-10-12 s for the production matrix on an H200 host, 16 s on a CI core, paid again by every
-bench process. ``harness job``'s A/B confirmation starts six of them on the same inputs,
-and the next job on a warm machine a seventh. The arrays are cached on disk, one ``.npz``
-per generated item, so a later process loads them instead.
+Generating a matrix's weights and activations is CPU work in fp64 (``data.py``):
+production and swiglu took 20 s of a fresh H100 host's job when the arrays were made
+whole, 4.4 s on two CPU cores since ``streams`` makes them in row chunks and threads,
+paid again by every bench process without this cache. ``harness job``'s A/B starts six
+of them on the same inputs, and the next job on a warm machine a seventh. The arrays are
+cached on disk, one ``.npz`` per generated item, so a later process loads them instead.
 
 Keys: the item (``weight`` or ``activations``), its arguments, and a digest of what
-determines the bits: the source of ``data.py`` (any change to the generator or the
-quantizer makes new keys; nothing stale is served), numpy's and torch's versions. Each
+determines the bits: the sources of ``data.py`` and ``streams.py`` (any change to the
+generator or the quantizer makes new keys; nothing stale is served), numpy's and torch's
+versions. Each
 file carries the SHA-256 of its arrays (name, dtype, shape, bytes); a file that fails to
 load or to match it is regenerated and replaced. Writes go to a temporary file renamed
 into place, so concurrent processes and a crash never leave a torn entry. The cache is

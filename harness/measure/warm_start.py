@@ -1,8 +1,10 @@
 """A fresh GPU machine's two slow starts, overlapped: the extension's compile and the case data.
 
 On a machine that has not run the bench before, the first path that needs the harness's
-CUDA extension compiles it (25-35 s on an H200 host), and every case's weights and
-activations are generated in fp64 on the CPU (11-16 s for production + swiglu). One after
+CUDA extension compiles it (25-35 s on an H200 host while its C++ glue parsed
+``<torch/extension.h>``; its slowest unit now takes about 8 s), and every case's weights
+and activations are generated in fp64 on the CPU (20 s for production + swiglu on an H100
+host made whole, a few seconds in row chunks, ``cases.streams``). One after
 the other they were the first ~50 s of a fresh machine's job. ``OverlappedStart`` asks
 each selected path whether it is available (which builds, or loads, the extension where a
 path needs it) in a thread as soon as the paths are known, and while that thread waits on

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from harness.cases import GemmCase
+from harness.cases import GemmCase, streams
 from harness.cases.data import (
     QuantizedWeight,
     _uniform,
@@ -123,3 +123,69 @@ def test_swiglu_pair_has_two_independent_weights():
     d = case_data(GemmCase(M=2, N=256, K=256, group_size=128, kind="swiglu_pair"))
     assert len(d.weights) == 2
     assert not torch.equal(d.weights[0].q, d.weights[1].q)
+
+
+# -- the chunked generator against the definition -------------------------------------
+# The definition, whole arrays: a stream's raw outputs, each split low half then high
+# half, the first n halves over 2**32; Irwin-Hall(4) from four consecutive quarters.
+
+def _def_uniform(entropy, shape):
+    n = int(np.prod(shape))
+    raw = np.random.PCG64(np.random.SeedSequence(list(entropy))).random_raw((n + 1) // 2)
+    h = np.empty(2 * raw.size, dtype=np.uint64)
+    h[0::2] = raw & np.uint64(0xFFFFFFFF)
+    h[1::2] = raw >> np.uint64(32)
+    return (h[:n].astype(np.float64) * (1.0 / 4294967296.0)).reshape(shape)
+
+
+def _def_normalish(entropy, shape):
+    u = _def_uniform(entropy, (4,) + tuple(shape))
+    return (((u[0] + u[1]) + u[2]) + u[3] - 2.0) * 1.7320508075688772
+
+
+def _def_weight(N, K, seed, stream=1):
+    ent = (1, stream, seed, N, K)
+    z = _def_normalish(ent + (0,), (K, N))
+    mix = _def_uniform(ent + (1,), (K, N))
+    sigma = np.where(mix < 0.90, 1.0, np.where(mix < 0.98, 2.5, 6.0))
+    col = _def_uniform(ent + (2,), (N,))
+    col_scale = np.ones(N)
+    col_scale[np.argsort(col, kind="stable")[:max(1, N // 100)]] = 8.0
+    return (z * sigma * col_scale[None, :] * 0.02).astype(np.float32)
+
+
+def _def_activations(M, K, seed):
+    ent = (1, 2, seed, M, K)
+    ch_scale = np.where(_def_uniform(ent + (1,), (K,)) < 0.005, 10.0, 1.0)
+    return (_def_normalish(ent + (0,), (M, K)) * ch_scale[None, :]).astype(np.float16)
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 64, 1 << 20])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (7, 1), (129, 3), (33, 64), (256, 128)])
+def test_chunked_threaded_generation_reproduces_the_definition_bit_for_bit(
+        monkeypatch, chunk, shape):
+    # chunks of one row up to the whole matrix, odd element counts (a quarter of the stream
+    # then starts in the middle of a raw output), several threads
+    monkeypatch.setattr(streams, "CHUNK_ELEMS", chunk)
+    monkeypatch.setattr(streams, "MAX_THREADS", 3)
+    a, b = shape
+    w = generate_weight(a, b, seed=5, stream=3).numpy()
+    assert np.array_equal(w.view(np.uint32), _def_weight(a, b, 5, 3).view(np.uint32))
+    x = generate_activations(a, b, seed=9).numpy()
+    assert np.array_equal(x.view(np.uint16), _def_activations(a, b, 9).view(np.uint16))
+
+
+@pytest.mark.parametrize("start,count", [(0, 1), (1, 1), (1, 4), (6, 3), (999, 2)])
+def test_a_span_of_the_stream_is_the_same_span_of_the_whole(start, count):
+    whole = _def_uniform((4, 2), (1001,))
+    assert np.array_equal(streams.uniform_at((4, 2), start, count), whole[start:start + count])
+
+
+def test_an_error_in_a_chunk_thread_reaches_the_caller(monkeypatch):
+    monkeypatch.setattr(streams, "CHUNK_ELEMS", 2)
+
+    def fill(r0, r1):
+        if r0 == 4:
+            raise ValueError("chunk 4 failed")
+    with pytest.raises(ValueError, match="chunk 4 failed"):
+        streams.by_row_chunks(10, 1, fill)
