@@ -217,10 +217,12 @@ def _bench(session: nox.Session, arch: str | None) -> None:
     args = ["--arch", arch] if arch else []
     chosen = any(a.startswith(("--matrix", "-m", "--filter", "-f", "--paths", "--mode"))
                  for a in session.posargs)
-    if chosen:       # a chosen part of the matrix: the bench alone
-        session.run("python", "-m", "harness", "bench", *args, *session.posargs)
-    else:            # the main job: production, swiglu and ppl, each gated, one summary
-        session.run("python", "-m", "harness", "job", *args, *session.posargs)
+    command = "bench" if chosen else "job"   # a chosen part of the matrix: the bench alone;
+    try:                                     # else production, swiglu, ppl, one summary
+        session.run("python", "-m", "harness", command, *args, *session.posargs)
+    finally:         # the job's own total leaves out nox's start and the process's exit
+        session.log(f"harness {command}: {time.time() - NOX_T0:.0f} s since nox loaded "
+                    "the noxfile")
 
 
 for _arch in ARCHS:

@@ -73,8 +73,15 @@ def summarize(run_dir: Path, plant: str | None, mode: str, by_path: bool = False
     if lines and job_path.is_file():           # the job's exit code and where its time went
         job = json.loads(job_path.read_text())
         took = job.get("seconds") or {"total": job.get("wall_s")}
-        lines.append(f"{run_dir} job: exit {job.get('exit_code')}; " + ", ".join(
-            f"{k} {v:.0f} s" for k, v in took.items() if isinstance(v, (int, float))))
+        # a part's own parts ("A/B: measuring") in brackets after it, as the job prints them
+        parts = []
+        for k, v in took.items():
+            if ": " in k or not isinstance(v, (int, float)):
+                continue
+            subs = [f"{s.split(': ', 1)[1]} {t:.0f}" for s, t in took.items()
+                    if s.startswith(f"{k}: ") and isinstance(t, (int, float))]
+            parts.append(f"{k} {v:.0f} s" + (f" [{', '.join(subs)}]" if subs else ""))
+        lines.append(f"{run_dir} job: exit {job.get('exit_code')}; " + ", ".join(parts))
     return lines
 
 

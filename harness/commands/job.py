@@ -199,9 +199,11 @@ def _run_step(argv: list[str]) -> tuple[int, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    t_start = time.perf_counter()
     from harness.measure.envinfo import git_commit  # heavy: torch (the engine)
 
     gpu = None if args.cpu else visible_gpu()
+    start_s = time.perf_counter() - t_start      # torch's import, the GPU's query
     wrong = None if (args.cpu or args.force) else _wrong_runner(args.arch, gpu)
     if wrong:                  # no step would measure anything here (not even ppl)
         print(wrong)
@@ -267,9 +269,9 @@ def run(args: argparse.Namespace) -> int:
         r.failing = dict(gate.get("failing") or {})
         r.reason = r.reason or _reason(r.exit_code, r.failing, bool(gate))
     worst = worst_exit([r.exit_code for r in results])
-    wall = time.perf_counter() - t0
+    wall = time.perf_counter() - t0 + start_s
     # one wall time: the title, the line, job.json
-    timing = job_timing(results, ab_parts, wall, nox_started())
+    timing = job_timing(results, ab_parts, wall, nox_started(), start_s)
     stages = bench_stages(results, run_dir)
     _print_summary(results, worst, wall)
     print(time_line(timing, stages))

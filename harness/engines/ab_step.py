@@ -51,7 +51,7 @@ from ..reports.verdicts import GateResult, RowVerdict, Verdict
 from ..results.baseline import check_baseline_gate, run_settings
 from ..results.models import load_for_model
 from ..results.store import load_run, read_meta, write_meta
-from .bench_runner import with_requests
+from .bench_runner import bench_timeline, with_requests
 from .compare import APart, compare, selection
 from .projection_step import Projected, measure_sample, project, sample_plan
 from .revisions import (
@@ -241,6 +241,7 @@ def ab_confirm(
         t0 = time.perf_counter()
         _project(foreign, models, run_dir, settings, repo, runner, echo)
         seconds["machine factor"] = time.perf_counter() - t0
+        seconds.update(bench_timeline([run_dir / "ab" / "projection"], "machine factor"))
         todo = {m: p for m, p in todo.items() if m not in models or m in foreign}
     t0 = time.perf_counter()
     groups = commit_groups(todo)
@@ -284,6 +285,9 @@ def ab_confirm(
                         _reading(m, v, got, outcome.extended), shas[c])
                     heads[m] = head
     seconds["A/B"] = time.perf_counter() - t0
+    if groups:
+        seconds.update(bench_timeline([d for d in sorted((run_dir / "ab").glob("*"))
+                                       if d.is_dir() and d.name != "projection"], "A/B"))
     head = None
     for m, p in todo.items():
         if m in readings or p.projected is not None:

@@ -5,9 +5,11 @@ Plugins run after the bench has imported torch, created its CUDA context and reg
 the paths, and before it generates data or measures anything; this one waits there until
 the file named by ``$HARNESS_BENCH_GATE`` exists, so a process can start up while the
 previous bench measures, and measure only after it has exited. Without the variable it
-does nothing. It gives up, with one line naming the gate, after
-``$HARNESS_BENCH_GATE_TIMEOUT`` seconds (default 3600) or when the process that started
-it has gone. Standard library only: the bench of an older revision runs this file too.
+does nothing. On reaching the gate it writes the time (``time.time()``) into the file
+named by the gate's path plus ``.ready``: the runner's time line (``bench_runner``) tells
+a bench's start-up from its measuring by it. It gives up, with one line naming the gate,
+after ``$HARNESS_BENCH_GATE_TIMEOUT`` seconds (default 3600) or when the process that
+started it has gone. Standard library only: the bench of an older revision runs this file too.
 """
 
 import os
@@ -19,6 +21,11 @@ def wait_for_gate(path: str, timeout_s: float, poll_s: float = 0.01) -> None:
     """Return when ``path`` exists; exit the process with one line if ``timeout_s`` pass
     or the parent process is gone first."""
     parent = os.getppid()
+    try:
+        with open(path + ".ready", "w") as fh:
+            fh.write(repr(time.time()))
+    except OSError:
+        pass                                  # the time line only: never stop the bench
     deadline = time.monotonic() + timeout_s
     while not os.path.exists(path):
         if time.monotonic() > deadline:

@@ -28,10 +28,12 @@ pipelined by ``run_pipelined``; a plain callable is run one request after anothe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -114,13 +116,16 @@ def bench_command(req: BenchRequest, python: str = sys.executable) -> list[str]:
 
 @dataclass
 class Started:
-    """A bench process started by ``SubprocessRunner.start``."""
+    """A bench process started by ``SubprocessRunner.start``; its times (``time.time()``)
+    are kept beside its log (``<out_dir>.time.json``, ``bench_timeline`` reads them)."""
 
     req: BenchRequest
     proc: subprocess.Popen
     log: Path
     fh: IO
     gate: Path | None
+    started: float = 0.0
+    released: float | None = None
 
 
 class SubprocessRunner:
@@ -155,11 +160,14 @@ class SubprocessRunner:
             req = replace(req, plugins=(*req.plugins, str(ROWS_PLUGIN)))
         log = req.out_dir.parent / f"{req.out_dir.name}.log"
         fh = open(log, "w")
+        t0 = time.time()
         proc = subprocess.Popen(bench_command(req), cwd=req.worktree, env=env, stdout=fh,
                                 stderr=subprocess.STDOUT)
-        return Started(req, proc, log, fh, gate)
+        return Started(req, proc, log, fh, gate, started=t0)
 
     def release(self, s: Started) -> None:
+        if s.released is None:
+            s.released = time.time()
         if s.gate is not None:
             s.gate.touch()
 
@@ -185,11 +193,49 @@ class SubprocessRunner:
     @staticmethod
     def _close(s: Started) -> None:
         s.fh.close()
+        ready = None
         if s.gate is not None:
+            ready_file = Path(str(s.gate) + ".ready")
+            try:
+                ready = float(ready_file.read_text())
+            except (OSError, ValueError):
+                pass                      # never reached its gate (killed, or failed before)
+            ready_file.unlink(missing_ok=True)
             s.gate.unlink(missing_ok=True)
+        if s.released is not None:        # a bench that measured (not a shadow)
+            record = {"label": s.req.label, "round": s.req.round, "rows": len(s.req.rows),
+                      "started": s.started, "ready": ready, "released": s.released,
+                      "ended": time.time()}
+            with contextlib.suppress(OSError):
+                s.log.with_name(f"{s.req.out_dir.name}.time.json").write_text(
+                    json.dumps(record) + "\n")
 
 
 subprocess_runner = SubprocessRunner()
+
+
+def bench_timeline(folders: Sequence[Path], part: str) -> dict[str, float]:
+    """Where the benches run under ``folders`` spent their time, from the records
+    ``SubprocessRunner`` leaves beside their logs, as ``"<part>: measuring"`` (from the
+    gate's opening, or the bench reaching its gate when that came later, to its exit: its
+    data, set-up, measuring and writing) and ``"<part>: start-up wait"`` (the time the
+    pipeline waited for a released bench to finish starting up: python, torch, the CUDA
+    context, the paths); empty when no bench left a record. A bench run without a gate
+    counts whole as measuring."""
+    measuring = wait = 0.0
+    benches = 0
+    for folder in folders:
+        for f in sorted(Path(folder).rglob("*.time.json")):
+            try:
+                rec = json.loads(f.read_text())
+                released, ended, ready = rec["released"], rec["ended"], rec.get("ready")
+                go = max(released, ready) if ready is not None else released
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            benches += 1
+            wait += go - released
+            measuring += ended - go
+    return {f"{part}: measuring": measuring, f"{part}: start-up wait": wait} if benches else {}
 
 
 class _Mapped:

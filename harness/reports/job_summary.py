@@ -53,33 +53,48 @@ def bench_stages(results: list[StepResult], run_dir: Path | None) -> dict[str, f
 
 
 def job_timing(results: list[StepResult], ab: dict[str, float], wall_s: float,
-               nox_s: float | None) -> dict[str, float]:
+               nox_s: float | None, start_s: float | None = None) -> dict[str, float]:
     """Where the job's wall time went: nox's start (under nox; before the job, so not in
-    its total), the bench process (its matrices), ppl, the machine factor of another GPU
-    model (when there was one), the wait for the baseline commits' builds started with the
-    job (``kernels.prebuild``; shown from 0.5 s), the A/B confirmation (0 when nothing was
-    flagged or it is off) and the whole job."""
+    its total), the job process's own start (``start_s``: torch's import and the GPU's
+    query, in the total), the bench process (its matrices), ppl, the machine factor of
+    another GPU model (when there was one), the wait for the baseline commits' builds
+    started with the job (``kernels.prebuild``; shown from 0.5 s), the A/B confirmation
+    (0 when nothing was flagged or it is off) and the whole job. The machine factor's and
+    the A/B's own parts (``"<part>: measuring"``, ``"<part>: start-up wait"``, from
+    ``engines.bench_runner.bench_timeline``) follow their part."""
     out: dict[str, float] = {"nox start": nox_s} if nox_s is not None else {}
+    if start_s is not None:
+        out["torch + GPU start"] = start_s
     bench = [r for r in results if r.step != "ppl"]
     if bench:
         out[f"bench ({'+'.join(r.matrix for r in bench)})"] = bench[0].seconds
     for r in results:
         if r.step == "ppl":
             out["ppl"] = r.seconds
-    out.update({k: v for k, v in ab.items() if k == "machine factor"})
+    out.update({k: v for k, v in ab.items() if k.split(": ")[0] == "machine factor"})
     if ab.get("A/B builds", 0.0) >= 0.5:     # the wait for the baseline commits' builds
         out["A/B builds"] = ab["A/B builds"]
-    out.update({"A/B": ab.get("A/B", 0.0), "total": wall_s})
+    out["A/B"] = ab.get("A/B", 0.0)
+    out.update({k: v for k, v in ab.items() if k.startswith("A/B: ")})
+    out["total"] = wall_s
     return out
 
 
 def time_line(timing: dict[str, float], stages: dict[str, float]) -> str:
-    """The job's last timing line: each part, the bench's stages in brackets after it."""
+    """The job's last timing line: each part, in brackets after it the bench's stages and
+    the sub-parts ``"<part>: <name>"`` of a part (and what they leave: "other")."""
     parts = []
     for k, v in timing.items():
+        if ": " in k:
+            continue
         part = f"{k} {v:.0f} s"
-        if k.startswith("bench (") and stages:
-            part += " [" + ", ".join(f"{s} {t:.0f}" for s, t in stages.items()) + "]"
+        subs = {s.split(": ", 1)[1]: t for s, t in timing.items() if s.startswith(f"{k}: ")}
+        if subs:
+            subs["other"] = max(0.0, v - sum(subs.values()))
+        elif k.startswith("bench (") and stages:
+            subs = stages
+        if subs:
+            part += " [" + ", ".join(f"{s} {t:.0f}" for s, t in subs.items()) + "]"
         parts.append(part)
     return "harness job: time: " + ", ".join(parts)
 

@@ -120,7 +120,11 @@ def test_a_planted_slowdown_is_confirmed_ab(project):
                    for e in left.error)
     took = json.loads((run / "job.json").read_text())["seconds"]    # the A/B's cost is shown
     assert took["A/B"] > 0 and took["total"] >= took["bench (smoke)"] + took["A/B"] - 0.15
-    assert "harness job: time: bench (smoke) " in proc.stdout
+    # the A/B's benches: what they measured and how long the pipeline waited for them
+    assert 0 < took["A/B: measuring"] + took["A/B: start-up wait"] <= took["A/B"]
+    assert "[measuring " in proc.stdout.split("A/B ", 1)[1]
+    assert "harness job: time: torch + GPU start " in proc.stdout
+    assert ", bench (smoke) " in proc.stdout
     rep = _report(project, run)
     assert rep.returncode == 1
     assert "verdicts agree with the bench's stored gate on all" in rep.stdout
@@ -130,7 +134,8 @@ def test_a_planted_slowdown_is_confirmed_ab(project):
                              capture_output=True, text=True, check=True).stdout
     n = len(planted)
     assert f"planted fp16_cache (cpu): {n}/{n} SLOWER (100.0%), 0 other failing" in summary
-    assert f"{run} job: exit 1; bench (smoke) " in summary and ", A/B " in summary
+    assert f"{run} job: exit 1; torch + GPU start " in summary
+    assert ", bench (smoke) " in summary and ", A/B " in summary and "[measuring " in summary
 
 
 @pytest.mark.slow

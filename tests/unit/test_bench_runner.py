@@ -12,10 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.engines import bench_runner
 from harness.engines.bench_runner import (
     GATE_ENV,
     GATE_PLUGIN,
     BenchRequest,
+    SubprocessRunner,
+    bench_timeline,
     run_pipelined,
     with_requests,
 )
@@ -145,6 +148,8 @@ def test_the_gate_plugin_holds_until_its_file_exists(tmp_path):
     proc = _gate_process(gate, "60")
     time.sleep(0.5)
     assert proc.poll() is None                                 # held
+    reached = float(Path(f"{gate}.ready").read_text())         # when it reached its gate
+    assert time.time() - 30 < reached <= time.time()
     gate.touch()
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0 and out.strip() == "through", err
@@ -164,3 +169,31 @@ def test_without_the_variable_the_gate_plugin_does_nothing():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=30, check=True).stdout
     assert out.strip() == "through"
+
+
+def _fake_bench(monkeypatch, start_s: float, measure_s: float) -> None:
+    """Benches that take ``start_s`` to reach the gate plugin and ``measure_s`` after it."""
+    code = (f"import runpy, time; time.sleep({start_s}); runpy.run_path({str(GATE_PLUGIN)!r}); "
+            f"time.sleep({measure_s})")
+    monkeypatch.setattr(bench_runner, "bench_command", lambda req: [sys.executable, "-c", code])
+
+
+def test_each_bench_leaves_its_start_up_and_measuring_times(monkeypatch, tmp_path):
+    _fake_bench(monkeypatch, start_s=0.8, measure_s=0.4)
+    runner = SubprocessRunner()
+    reqs = [BenchRequest("AB"[i], f"rev{i}", tmp_path, tmp_path / "ab" / f"r{i}", "smoke", 0,
+                         rows=(("c", "p"),)) for i in range(2)]
+    run_pipelined(runner, reqs, ahead=2)
+    got = bench_timeline([tmp_path / "ab"], "A/B")
+    # the first bench was released at once and waited its whole start-up; the second,
+    # started with it, was at its gate when the first had measured; shadows leave no record
+    assert 0.8 - 0.05 < got["A/B: start-up wait"] < 6.0, got
+    assert 0.8 - 0.05 < got["A/B: measuring"] < 0.8 + 3.0, got
+    assert len(list((tmp_path / "ab").glob("*.time.json"))) == 2
+    assert not list((tmp_path / "ab").glob("*.ready"))          # the runner removed them
+
+
+def test_no_records_no_parts(tmp_path):
+    assert bench_timeline([tmp_path, tmp_path / "missing"], "A/B") == {}
+    (tmp_path / "x.time.json").write_text("{not json")
+    assert bench_timeline([tmp_path], "A/B") == {}

@@ -120,6 +120,24 @@ def test_the_time_line_names_the_build_first(tmp_path):
     assert "[build 20, data 12, set-up 6, graph 30, gate + other 2]" in line
 
 
+def test_the_time_line_splits_the_job_start_and_the_ab():
+    results = [job.StepResult("gemm", "production", seconds=70.0),
+               job.StepResult("ppl", "ppl", seconds=6.0)]
+    ab = {"A/B": 30.0, "A/B: measuring": 19.6, "A/B: start-up wait": 4.2,
+          "machine factor": 50.0, "machine factor: measuring": 40.0,
+          "machine factor: start-up wait": 5.0}
+    timing = job.job_timing(results, ab, 160.0, 1.5, 4.0)
+    assert list(timing) == ["nox start", "torch + GPU start", "bench (production)", "ppl",
+                            "machine factor", "machine factor: measuring",
+                            "machine factor: start-up wait", "A/B", "A/B: measuring",
+                            "A/B: start-up wait", "total"]
+    line = job.time_line(timing, {})
+    assert line == ("harness job: time: nox start 2 s, torch + GPU start 4 s, bench "
+                    "(production) 70 s, ppl 6 s, machine factor 50 s [measuring 40, start-up "
+                    "wait 5, other 5], A/B 30 s [measuring 20, start-up wait 4, other 6], "
+                    "total 160 s")
+
+
 def test_a_3pct_path_on_a_faster_machine_is_screened_whole():
     """fp16_cache 3% slower on a machine whose rows read 1.2% faster than the baseline's
     (the worst path offset of three fresh H200s, measurement §9.7): the path's median moves
