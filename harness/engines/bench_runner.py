@@ -14,6 +14,11 @@
   later ones start up (the last ones beside shadows of the last, stopped at their gates),
   so whatever a starting process costs the measuring one is the same for every bench of
   both sides.
+* every bench gets ``bench_data.py`` as its first ``--plugin``: a baseline commit whose
+  case-data generator gives the same bits reads this checkout's cached data instead of
+  making it again (``bench_data.SAME_BITS``).
+* each bench leaves ``<out_dir>.time.json`` (started, reached its gate, released, ended);
+  ``bench_timeline`` sums a folder's into measuring and start-up waits.
 * ``with_requests(runner, fn)``: the runner with ``fn`` applied to every request, its
   pipelining kept (the job's A/B gives its plugins to one side this way).
 * ``BenchRequest.rows``: the exact (case, path) rows to measure; the runner writes them
@@ -46,6 +51,9 @@ from ..errors import CompareError
 #: variable naming the file whose existence opens it.
 GATE_PLUGIN = Path(__file__).resolve().with_name("bench_gate.py")
 GATE_ENV = "HARNESS_BENCH_GATE"
+#: The case-data plugin (every bench; also run by an old revision's): a baseline commit
+#: whose generator gives the same bits reads this checkout's cached data (``bench_data.py``).
+DATA_PLUGIN = Path(__file__).resolve().with_name("bench_data.py")
 #: The row-selection plugin (also run by an old revision's bench) and its variable: the
 #: JSON file of the [case_id, path] pairs to measure (``BenchRequest.rows``).
 ROWS_PLUGIN = Path(__file__).resolve().with_name("bench_rows.py")
@@ -153,6 +161,8 @@ class SubprocessRunner:
             gate.unlink(missing_ok=True)
             env[GATE_ENV] = str(gate)
             req = replace(req, plugins=(str(GATE_PLUGIN), *req.plugins))
+        # first: it must act before anything is generated (a no-op on this checkout's own)
+        req = replace(req, plugins=(str(DATA_PLUGIN), *req.plugins))
         if req.rows:                              # last: it restricts wrapped paths too
             rows = req.out_dir.parent / f"{req.out_dir.name}.rows.json"
             rows.write_text(json.dumps(sorted(req.rows)))

@@ -107,7 +107,7 @@ def test_a_planted_slowdown_is_confirmed_ab(project):
     judged = {tuple(k.split("|")[:2]) for k in rows}
     for bench in benches:
         plugins = json.loads(bench.read_text())["plugins"]
-        assert plugins[0].endswith("bench_gate.py"), plugins
+        assert plugins[0].endswith("bench_data.py") and plugins[1].endswith("bench_gate.py")
         assert any(p.endswith("slowdown_plugin.py") for p in plugins) == (
             bench.parts[-4] == "B"), (bench, plugins)
         # each bench, the baseline commit's too, measured the rows A/B judges and no other
