@@ -17,6 +17,7 @@ import pytest
 from speed_repos import git, speed_repo
 
 from harness.config import load_settings
+from harness.engines.bench_runner import DATA_PLUGIN
 from harness.engines.compare import (
     BenchRequest,
     CompareError,
@@ -381,7 +382,8 @@ def test_subprocess_runner_uses_the_worktree_package(tmp_path):
                        ("cold",))
     subprocess_runner(req)
     assert json.loads((req.out_dir / "argv.json").read_text()) == [
-        "bench", "--matrix", "smoke", "--mode", "cold", "--no-compare", "--out", str(req.out_dir)]
+        "bench", "--matrix", "smoke", "--mode", "cold", "--plugin", str(DATA_PLUGIN),
+        "--no-compare", "--out", str(req.out_dir)]
     (tree / "harness" / "mode").write_text("--fail")
     req2 = replace(req, out_dir=tmp_path / "out" / "r1")
     with pytest.raises(CompareError, match="exited 3: bench: error: no CUDA device"):
