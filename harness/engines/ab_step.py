@@ -237,6 +237,8 @@ def ab_confirm(
             models[m] = gate.models
     foreign = {m: todo[m] for m in models}
     seconds = {} if seconds is None else seconds
+    for stale in (run_dir / "ab").rglob("*.time.json"):   # an earlier job's (--overwrite)
+        stale.unlink(missing_ok=True)
     if foreign:
         t0 = time.perf_counter()
         _project(foreign, models, run_dir, settings, repo, runner, echo)

@@ -158,8 +158,6 @@ def compare(
         for *_, req in jobs:
             if req.out_dir.exists():
                 shutil.rmtree(req.out_dir)
-            # an earlier run's time record would enter this one's time line
-            req.out_dir.with_name(f"{req.out_dir.name}.time.json").unlink(missing_ok=True)
         run_pipelined(
             runner, [req for *_, req in jobs],
             on_start=lambda i: echo(f"compare: round {jobs[i][0]}, {jobs[i][1].folder} = "

@@ -92,8 +92,6 @@ def measure_sample(plan: Mapping[str, Sequence[tuple[str, RowVerdict]]], *, repo
                 tuple(sorted({v.mode for _, v in members})),
                 rows=bench_rows(v.key for _, v in members),
                 settings=() if min_samples is None else (f"min_samples={min_samples}",)))
-        for req in reqs:       # an earlier job's time record would enter this one's
-            req.out_dir.with_name(f"{req.out_dir.name}.time.json").unlink(missing_ok=True)
         run_pipelined(runner, reqs, on_start=lambda i: echo(
             f"harness job: machine factor: {len(plan[list(plan)[i]])} row(s) at the "
             f"baseline's commit {reqs[i].revision[:12]} on this runner"))

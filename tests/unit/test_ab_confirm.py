@@ -371,10 +371,16 @@ def test_two_matrices_share_one_ab_compare(tmp_path, head_speed, exit_code):
                                         settings=S.to_dict()))
         write_gate_record(run_dir / f"{matrix}.csv", evaluate(cur, base, S))
     fake = TwoMatrices()
+    stale = run_dir / "ab" / "synthetic+other" / "runs" / "round7" / "B.time.json"
+    stale.parent.mkdir(parents=True)       # an earlier job's bench (--overwrite)
+    stale.write_text('{"released": 0.0, "ready": 1.0, "ended": 50.0}')
+    seconds: dict[str, float] = {}
     codes = ab_confirm(run_dir, ["synthetic", "other"], baselines=tmp_path / "baselines",
                        arch="sm90", settings=S, rounds=2, repo=repo, runner=fake,
-                       echo=lambda s: None)
+                       echo=lambda s: None, seconds=seconds)
     assert codes == {"synthetic": exit_code, "other": exit_code}
+    # the fake runner leaves no time records, and the earlier job's is not counted
+    assert not stale.exists() and set(seconds) == {"A/B"}
     assert {c.matrix for c in fake.calls} == {"synthetic,other"}
     assert len(fake.calls) <= 2 * 2 + 2            # rounds x sides (+ one re-measure round)
     for matrix in ("synthetic", "other"):
