@@ -105,11 +105,6 @@ class QuantizedWeight:
         return self.K * self.N // 2 + 2 * 2 * self.groups * self.N
 
 
-def _uniform(entropy: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:
-    """float64 uniforms in [0, 1) from 32-bit halves of PCG64 raw outputs (exact values)."""
-    return streams.uniform(entropy, shape)
-
-
 def generate_weight(N: int, K: int, seed: int, stream: int = _STREAM_WEIGHT) -> torch.Tensor:
     """Full-precision weight W[K, N] (float32), heavy-tailed with a few outlier columns.
 

@@ -287,9 +287,8 @@ def ab_confirm(
                         _reading(m, v, got, outcome.extended), shas[c])
                     heads[m] = head
     seconds["A/B"] = time.perf_counter() - t0
-    if groups:
-        seconds.update(bench_timeline([d for d in sorted((run_dir / "ab").glob("*"))
-                                       if d.is_dir() and d.name != "projection"], "A/B"))
+    seconds.update(bench_timeline([d for d in sorted((run_dir / "ab").glob("*"))
+                                   if d.is_dir() and d.name != "projection"], "A/B"))
     head = None
     for m, p in todo.items():
         if m in readings or p.projected is not None:

@@ -9,7 +9,6 @@ import torch
 from harness.cases import GemmCase, streams
 from harness.cases.data import (
     QuantizedWeight,
-    _uniform,
     case_data,
     generate_activations,
     generate_weight,
@@ -40,7 +39,7 @@ def test_same_seed_same_bits_other_seed_other_bits():
 
 
 def test_uniforms_are_exact_dyadic_values_in_unit_interval():
-    u = _uniform((1, 2, 3), (1001,))
+    u = streams.uniform((1, 2, 3), (1001,))
     assert u.shape == (1001,) and u.min() >= 0.0 and u.max() < 1.0
     assert np.all(u * 2.0 ** 32 == np.floor(u * 2.0 ** 32))
 
