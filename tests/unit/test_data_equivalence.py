@@ -77,6 +77,8 @@ def test_each_listed_generator_gives_the_same_bits(blob, tmp_path, monkeypatch):
 def test_a_listed_generator_reads_and_writes_this_checkouts_cache(blob, tmp_path,
                                                                    monkeypatch):
     monkeypatch.setenv(data_cache.ENV, str(tmp_path / "cache"))
+    current.case_weight.cache_clear()     # in memory from an earlier test: not in this cache
+    current._case_activations.cache_clear()
     old = _load(_git_blob(blob), f"_same_cache_{blob[:12]}", tmp_path)
     assert old.VERSION_KEY != current.VERSION_KEY
     assert bench_data.adopt(old) and old.VERSION_KEY == current.VERSION_KEY
