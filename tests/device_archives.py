@@ -6,13 +6,36 @@ were judged against, since re-recorded), and replay a stored run with `harness r
 
 from __future__ import annotations
 
+import json
 import shutil
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "docs" / "data"
+
+
+def archive_fixture(name: str, top: str):
+    """A module-scoped fixture giving ``docs/data/<name>`` unpacked (``unpack``) as a
+    ``Runs``: ``runs(run, file)`` reads ``<top>/<run>/<file>`` as JSON."""
+    @pytest.fixture(scope="module")
+    def fixture(tmp_path_factory):
+        return Runs(unpack(DATA / name, tmp_path_factory.mktemp(top)) / top)
+    return fixture
+
+
+class Runs:
+    """The run folders of one unpacked archive (``archive_fixture``)."""
+
+    def __init__(self, top: Path):
+        self.top = top
+
+    def __call__(self, run: str, name: str) -> dict:
+        return json.loads((self.top / run / name).read_text())
 
 
 def unpack(archive: Path, where: Path) -> Path:

@@ -4,30 +4,15 @@ files' (test_real_h100_replay.py replays every job's verdicts with `harness repo
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
+from device_archives import archive_fixture
 
-import pytest
-from device_archives import unpack
-
-ROOT = Path(__file__).resolve().parents[2]
-ARCHIVE = ROOT / "docs" / "data" / "h100-two-minute-2026-12-05-f.tar.gz"
-TOP = "h100-2026-12-05-f"
 F1 = "f1/{}/82ffd795e41b/sm90"
+runs = archive_fixture("h100-two-minute-2026-12-05-f.tar.gz", "h100-2026-12-05-f")
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    return unpack(ARCHIVE, tmp_path_factory.mktemp("h100f"))
-
-
-def _json(root: Path, run: str, name: str) -> dict:
-    return json.loads((root / TOP / run / name).read_text())
-
-
-def test_the_fresh_and_warm_time_lines(root):
-    fresh = _json(root, F1.format("aa"), "job.json")
-    warm = _json(root, F1.format("aa2"), "job.json")
+def test_the_fresh_and_warm_time_lines(runs):
+    fresh = runs(F1.format("aa"), "job.json")
+    warm = runs(F1.format("aa2"), "job.json")
     assert fresh["exit_code"] == warm["exit_code"] == 0
     assert round(fresh["seconds"]["total"]) == 117 and round(warm["seconds"]["total"]) == 102
     # the first minute of a fresh machine: the build and the case data it overlaps
@@ -44,16 +29,16 @@ def test_the_fresh_and_warm_time_lines(root):
     assert (round(fresh["seconds"]["A/B"]), round(warm["seconds"]["A/B"])) == (24, 24)
 
 
-def test_the_same_model_jobs_judge_every_row_and_fail_none(root):
+def test_the_same_model_jobs_judge_every_row_and_fail_none(runs):
     for run in ("aa", "aa2"):
         for matrix, rows in (("production", 280), ("swiglu", 84)):
-            gate = _json(root, F1.format(run), f"{matrix}.json")["gate"]
+            gate = runs(F1.format(run), f"{matrix}.json")["gate"]
             assert gate["exit_code"] == 0 and len(gate["verdicts"]) == rows
             assert set(gate["verdicts"].values()) == {"SAME"}
 
 
-def test_the_3pct_plant_fails_fp16_cache_and_nothing_else(root):
-    doc = _json(root, F1.format("plantedjob3"), "production.json")
+def test_the_3pct_plant_fails_fp16_cache_and_nothing_else(runs):
+    doc = runs(F1.format("plantedjob3"), "production.json")
     verdicts = doc["gate"]["verdicts"]
     slow = [k for k, v in verdicts.items() if v == "SLOWER"]
     assert {k.split("|")[1] for k in slow} == {"fp16_cache"} and len(slow) == 54
@@ -64,5 +49,5 @@ def test_the_3pct_plant_fails_fp16_cache_and_nothing_else(root):
     errors = {k: v for k, v in verdicts.items() if v == "ERROR"}
     assert list(errors) == ["M1024-N2048-K8192-g128-s0|marlin_fused_zero|graph"]
     assert doc["gate"]["exit_code"] == 1
-    took = _json(root, F1.format("plantedjob3"), "job.json")["seconds"]
+    took = runs(F1.format("plantedjob3"), "job.json")["seconds"]
     assert round(took["total"]) == 148
