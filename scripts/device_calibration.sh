@@ -65,9 +65,10 @@ export HARNESS_DATA_CACHE=${HARNESS_DATA_CACHE:-/tmp/harness-data}   # beside th
 # the dispatcher switches of `nox -s bench-sm90`, so every step measures what nox measures
 export TINYLOOP_USE_MARLIN=${TINYLOOP_USE_MARLIN:-1} HARNESS_MARLIN_SM90=${HARNESS_MARLIN_SM90:-1}
 if [ -d .whl ] && ! python3 -c "import optimum.quanto" 2>/dev/null; then
-  # the wheelhouse's own harness wheel stays out: the checkout measured is the code measured
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
-    $(ls .whl/*.whl | grep -v '/int4_gemm_harness-')
+  # the wheelhouse's own harness wheel stays out: the checkout measured is the code measured;
+  # a second call on a warm machine finds them installed (no reinstall, no pip warnings)
+  [ -d /tmp/site/optimum/quanto ] || python3 -m pip install -q --no-index --no-deps \
+    --no-compile --target /tmp/site $(ls .whl/*.whl | grep -v '/int4_gemm_harness-')
   export PYTHONPATH=/tmp/site:$PWD
 else
   export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
