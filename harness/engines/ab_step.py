@@ -53,7 +53,7 @@ from ..results.models import load_for_model
 from ..results.store import load_run, read_meta, write_meta
 from .bench_runner import bench_timeline, with_requests
 from .compare import APart, compare, selection
-from .projection_step import Projected, measure_sample, project, sample_plan
+from .projection_step import Projected, factor_bench_settings, measure_sample, project, sample_plan
 from .revisions import (
     BenchRunner,
     resolve_revision,
@@ -189,7 +189,7 @@ def _project(foreign: dict[str, _Pending], models: Mapping[str, tuple[str, str]]
             runner=current_side_plugins(runner, plugins, repo), echo=echo,
             universe={m: [v.current for v in p.result.verdicts if v.current is not None]
                       for m, p in foreign.items()},
-            min_samples=settings.projection_min_samples or None) if plan else {}
+            bench_settings=factor_bench_settings(settings)) if plan else {}
     except EXPECTED_ERRORS as exc:
         echo(f"harness job: speed on {here!r} not judged (baseline recorded on {ref!r}): "
              f"the baseline's commit could not be measured here: {one_line(exc)}; its timing "

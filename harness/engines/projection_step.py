@@ -72,10 +72,10 @@ def measure_sample(plan: Mapping[str, Sequence[tuple[str, RowVerdict]]], *, repo
                    work_dir: Path, runner: BenchRunner,
                    universe: Mapping[str, Sequence[ResultRow]],
                    echo: Callable[[str], None],
-                   min_samples: int | None = None) -> dict[tuple[str, Key], ResultRow]:
+                   bench_settings: Sequence[str] = ()) -> dict[tuple[str, Key], ResultRow]:
     """One bench per commit of ``plan``, of exactly its rows (graph and any other mode they
-    are in), at that commit in a worktree, with ``min_samples`` (``--set``; None: the
-    bench's own); the rows measured, by (matrix, key)."""
+    are in), at that commit in a worktree, with ``bench_settings`` (``--set KEY=VALUE``
+    each: ``factor_bench_settings``); the rows measured, by (matrix, key)."""
     shas = {commit: resolve_revision(repo, commit) for commit in plan}
     got: dict[tuple[str, Key], ResultRow] = {}
     with tempfile.TemporaryDirectory(prefix="harness-projection-") as tmp, \
@@ -91,7 +91,7 @@ def measure_sample(plan: Mapping[str, Sequence[tuple[str, RowVerdict]]], *, repo
                 tuple(bench_paths({v.path for _, v in members})),
                 tuple(sorted({v.mode for _, v in members})),
                 rows=bench_rows(v.key for _, v in members),
-                settings=() if min_samples is None else (f"min_samples={min_samples}",)))
+                settings=tuple(bench_settings)))
         run_pipelined(runner, reqs, on_start=lambda i: echo(
             f"harness job: machine factor: {len(plan[list(plan)[i]])} row(s) at the "
             f"baseline's commit {reqs[i].revision[:12]} on this runner"))
@@ -104,6 +104,18 @@ def measure_sample(plan: Mapping[str, Sequence[tuple[str, RowVerdict]]], *, repo
                                    f"results: {exc}") from None
             got.update({(r.matrix, r.key): r for r in run.rows if (r.matrix, r.key) in wanted})
     return got
+
+
+def factor_bench_settings(settings: Settings) -> tuple[str, ...]:
+    """The ``--set`` arguments of the machine factor's benches: ``projection_min_samples``,
+    ``projection_warmup_ms`` and ``projection_accuracy_runs`` where set (0: the bench's
+    own). Only settings that the baseline commits' benches know (all three exist since
+    before the sm90 baselines' commits), and none reaches an A/B bench: the factor's
+    readings screen, the A/B's rounds decide."""
+    pairs = (("min_samples", settings.projection_min_samples),
+             ("warmup_ms", settings.projection_warmup_ms),
+             ("accuracy_runs", settings.projection_accuracy_runs))
+    return tuple(f"{key}={value:g}" for key, value in pairs if value)
 
 
 def project(result: GateResult, matrix: str, measured: Mapping[tuple[str, Key], ResultRow],

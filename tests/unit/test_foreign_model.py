@@ -212,20 +212,26 @@ def test_a_real_slowdown_on_another_model_fails_that_path_and_no_other(tmp_path,
     assert "SLOWER" not in {v for k, v in verdicts.items() if k[1] != path}
 
 
-def test_the_factor_benches_alone_take_projection_min_samples(tmp_path):
-    """``projection_min_samples`` reaches the benches at the baseline's commit that measure
-    the machine factor (``--set min_samples=N``) and no A/B bench: the factor's readings
-    screen, the A/B's rounds decide."""
+@pytest.mark.parametrize("changes, expected", [
+    (dict(projection_min_samples=10), ("min_samples=10",)),
+    (dict(projection_min_samples=10, projection_warmup_ms=5.0, projection_accuracy_runs=1),
+     ("min_samples=10", "warmup_ms=5", "accuracy_runs=1")),
+    (dict(projection_warmup_ms=2.5), ("warmup_ms=2.5",)),
+])
+def test_the_factor_benches_alone_take_the_projection_settings(tmp_path, changes, expected):
+    """``projection_min_samples``, ``projection_warmup_ms`` and ``projection_accuracy_runs``
+    reach the benches at the baseline's commit that measure the machine factor (``--set
+    KEY=VALUE``) and no A/B bench: the factor's readings screen, the A/B's rounds decide."""
     repo, base_sha, head_sha = _repo(tmp_path, {"fp16_cache": 1.05})
     run_dir, _ = _stored(tmp_path, base_sha, head_sha, {"fp16_cache": 1.05})
     fake = OnTheRunner()
     ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines", arch="sm90",
-                      settings=replace(S, projection_min_samples=10), rounds=2, repo=repo,
+                      settings=replace(S, **changes), rounds=2, repo=repo,
                       runner=fake, echo=lambda s: None)
     factor = [c for c in fake.calls if c.out_dir.parent.name == "projection"]
     others = [c for c in fake.calls if c.out_dir.parent.name != "projection"]
     assert factor and others             # the 5% path went to A/B
-    assert {c.settings for c in factor} == {("min_samples=10",)}
+    assert {c.settings for c in factor} == {expected}
     assert {c.settings for c in others} == {()}
 
 
