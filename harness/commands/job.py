@@ -5,7 +5,12 @@ Steps, in order, each run even when an earlier one failed:
      the mode that gates: ``--cold`` adds the cold rows, information there), gated;
   2. ``swiglu``: the SwiGLU gate/up pairs (``--matrix swiglu``), gated;
   3. ``ppl``:    ``harness ppl`` on the fixture (perplexity drift and end-to-end forward
-     time per path), gated.
+     time per path), gated;
+  4. ``smollm2`` (not in the default steps; ``--steps gemm,swiglu,ppl,smollm2``): ``harness
+     ppl --model smollm2`` on a real pretrained model, 32k tokens at group 32 (the parity),
+     128 and per-column (``REAL_MODEL_ARGS``), gated against ``ppl-smollm2.csv``. It needs
+     the ``realmodel`` extra and the model file (docs/perplexity.md §6-7); its cost is
+     written in docs/perplexity.md.
 The bench runs production and swiglu in one process (one set of ceilings, one build);
 each matrix is gated on its own and stores its verdicts with its rows (``<matrix>.json``,
 key ``gate``). At the end a table gives, per step: rows, verdict counts, exit code and
@@ -48,6 +53,7 @@ from ..reports.gate_record import stored_exit_code
 from ..reports.job_summary import (  # noqa: F401  (re-exported: the job's summary records)
     StepResult,
     bench_stages,
+    is_ppl,
     job_timing,
     time_line,
     verdict_counts,
@@ -60,8 +66,17 @@ from .common import plain, settings_from_args
 #: (step name, matrix) of the job, in order; ``--cpu``: the CPU paths on the smoke matrix
 #: and the g128 fixture (CPU timings are information: the gate there is accuracy,
 #: dispatch and completeness)
-STEPS = (("gemm", "production"), ("swiglu", "swiglu"), ("ppl", "ppl"))
-CPU_STEPS = (("gemm", "smoke"), ("ppl", "ppl"))
+STEPS = (("gemm", "production"), ("swiglu", "swiglu"), ("ppl", "ppl"),
+         ("smollm2", "ppl-smollm2"))
+CPU_STEPS = (("gemm", "smoke"), ("ppl", "ppl"), ("smollm2", "ppl-smollm2"))
+#: the steps run when ``--steps`` is not given
+DEFAULT_STEPS = ("gemm", "swiglu", "ppl")
+CPU_DEFAULT_STEPS = ("gemm", "ppl")
+#: the perplexity steps (``harness ppl``), not benches
+PPL_STEPS = {"ppl": [], "smollm2": ["--model", "smollm2"]}
+#: what the ``smollm2`` step scores: the issue's figures (g32 parity, g128 and per-column
+#: drift) on 32k tokens; on a CPU its 2-core default of 4096 tokens
+REAL_MODEL_ARGS = ["--groups", "32,128,K", "--max-tokens", "32768"]
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -74,8 +89,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cpu", action="store_true",
                    help="the CPU job: smoke matrix and the g128 fixture on the CPU paths")
     p.add_argument("--steps", default=None,
-                   help="comma list of steps to run "
-                        "(default: gemm,swiglu,ppl; with --cpu gemm,ppl)")
+                   help="comma list of steps to run (default: gemm,swiglu,ppl; with --cpu "
+                        "gemm,ppl); smollm2 adds the real model's perplexity (docs/"
+                        "perplexity.md §6-7: the realmodel extra and the model file)")
     p.add_argument("--out", default="results", help="results root (default results/)")
     p.add_argument("--baselines", default="baselines", help="baselines root (default baselines/)")
     p.add_argument("--overwrite", action="store_true", help="replace this commit's stored results")
@@ -213,7 +229,7 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_WRONG_RUNNER
         return EXIT_PASS
     steps = CPU_STEPS if args.cpu else STEPS
-    spec = args.steps or ",".join(s for s, _ in steps)
+    spec = args.steps or ",".join(CPU_DEFAULT_STEPS if args.cpu else DEFAULT_STEPS)
     wanted = [s.strip() for s in spec.split(",") if s.strip()]
     known = {s for s, _ in steps}
     for s in wanted:
@@ -223,7 +239,7 @@ def run(args: argparse.Namespace) -> int:
     force = ["--force"] if args.force else []
     cpu = ["--cpu"] if args.cpu else []
     results: list[StepResult] = []
-    matrices = [m for s, m in steps if s in wanted and s != "ppl"]
+    matrices = [m for s, m in steps if s in wanted and s not in PPL_STEPS]
     t0 = time.perf_counter()
     pre = _prebuild(args, matrices, gpu)   # the A/B's other commits compile during the bench
     if matrices:
@@ -239,16 +255,21 @@ def run(args: argparse.Namespace) -> int:
         for step, matrix in steps:
             if matrix in matrices:
                 results.append(StepResult(step, matrix, code, seconds=took, reason=err))
-    if "ppl" in wanted:
+    for step, matrix in steps:
+        if step not in PPL_STEPS or step not in wanted:
+            continue
         t1 = time.perf_counter()
-        ppl = ["--cpu", "--fixture", "g128"] if args.cpu else ["--marlin-sm90"]
-        code, err = _run_step(["ppl", *ppl, *_common(args)])
-        results.append(StepResult("ppl", "ppl", code, seconds=time.perf_counter() - t1, reason=err))
+        where = ["--cpu"] if args.cpu else ["--marlin-sm90"]
+        what = (["--fixture", "g128"] if args.cpu else []) if step == "ppl" else \
+            PPL_STEPS[step] + ([] if args.cpu else REAL_MODEL_ARGS)
+        code, err = _run_step(["ppl", *where, *what, *_common(args)])
+        results.append(StepResult(step, matrix, code, seconds=time.perf_counter() - t1,
+                                  reason=err))
     run_dir = _run_dir(args, git_commit())
     ab_parts: dict[str, float] = {}
     if args.ab_confirm and run_dir is not None:
         gated = [r.matrix for r in results
-                 if r.step != "ppl" and r.exit_code in (EXIT_PASS, EXIT_FAIL)]
+                 if not is_ppl(r) and r.exit_code in (EXIT_PASS, EXIT_FAIL)]
         if pre is not None and gated:
             ab_parts["A/B builds"] = pre.wait()
             for line in pre.lines:
@@ -262,7 +283,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"harness job: A/B not done, the verdicts stand: {one_line(exc)}")
     for r in results:
         r.rows, r.verdicts, gate = _gate_record(run_dir, r.matrix) if run_dir else (0, {}, {})
-        if r.step != "ppl" and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and gate:
+        if not is_ppl(r) and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and gate:
             # one bench process gates both matrices: its exit code is the worse of the two,
             # so each step's own code comes from its stored gate record
             r.exit_code = _code_from_record(gate)

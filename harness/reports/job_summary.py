@@ -30,13 +30,19 @@ class StepResult:
     seconds: float = 0.0
 
 
+def is_ppl(r: StepResult) -> bool:
+    """A perplexity step (``harness ppl``: the fixture's ``ppl``, a real model's
+    ``ppl-<name>``), not a bench's matrix."""
+    return r.matrix == "ppl" or r.matrix.startswith("ppl-")
+
+
 def bench_stages(results: list[StepResult], run_dir: Path | None) -> dict[str, float]:
     """The bench process's wall time by stage, summed over its matrices' json
     (``wall_s_by_stage``: the extension's build and the case data of the overlapped start,
     ``measure.warm_start``; case data, per-path set-up, each timing mode, the fresh-input
     re-check), and "gate + other", the rest of the
     process (start-up, ceilings, the gate and its re-measurements)."""
-    bench = [r for r in results if r.step != "ppl"]
+    bench = [r for r in results if not is_ppl(r)]
     if not bench or run_dir is None:
         return {}
     stages: dict[str, float] = {}
@@ -65,12 +71,12 @@ def job_timing(results: list[StepResult], ab: dict[str, float], wall_s: float,
     out: dict[str, float] = {"nox start": nox_s} if nox_s is not None else {}
     if start_s is not None:
         out["torch + GPU start"] = start_s
-    bench = [r for r in results if r.step != "ppl"]
+    bench = [r for r in results if not is_ppl(r)]
     if bench:
         out[f"bench ({'+'.join(r.matrix for r in bench)})"] = bench[0].seconds
     for r in results:
-        if r.step == "ppl":
-            out["ppl"] = r.seconds
+        if is_ppl(r):
+            out["ppl" if r.matrix == "ppl" else f"ppl ({r.matrix[4:]})"] = r.seconds
     out.update({k: v for k, v in ab.items() if k.split(": ")[0] == "machine factor"})
     if ab.get("A/B builds", 0.0) >= 0.5:     # the wait for the baseline commits' builds
         out["A/B builds"] = ab["A/B builds"]

@@ -160,3 +160,31 @@ def test_the_job_passes_mode_to_the_bench_only(tmp_path, monkeypatch):
     bench_argv, ppl_argv = argvs
     assert bench_argv[0] == "bench" and bench_argv[bench_argv.index("--mode") + 1] == "cpu"
     assert ppl_argv[0] == "ppl" and "--mode" not in ppl_argv
+
+
+def test_the_real_model_step_is_asked_for_by_name_and_gated_as_a_ppl_step(tmp_path,
+                                                                          monkeypatch):
+    """``--steps ...,smollm2`` adds ``harness ppl --model smollm2`` (not in the default
+    steps: it needs the realmodel extra and the model file); it is a perplexity step, so
+    never a bench matrix nor an A/B, and the time line names it."""
+    from harness.commands import job as job_command
+
+    argvs: list[list[str]] = []
+    monkeypatch.setattr(job_command, "_run_step", lambda argv: (argvs.append(argv), (0, ""))[1])
+    assert main(["job", "--cpu", "--out", str(tmp_path / "r")]) == 0
+    assert [a[0] for a in argvs] == ["bench", "ppl"] and "--model" not in argvs[1]
+    argvs.clear()
+    assert main(["job", "--cpu", "--out", str(tmp_path / "r"), "--overwrite",
+                 "--steps", "gemm,ppl,smollm2"]) == 0
+    bench_argv, fixture_argv, real_argv = argvs
+    assert bench_argv[bench_argv.index("--matrix") + 1] == "smoke"
+    assert "--model" not in fixture_argv
+    assert real_argv[:2] == ["ppl", "--cpu"]
+    assert real_argv[real_argv.index("--model") + 1] == "smollm2"
+    assert "--max-tokens" not in real_argv        # on a CPU: its own 4096-token default
+    from harness.reports.job_summary import StepResult, is_ppl, job_timing
+    rows = [StepResult("gemm", "smoke", seconds=3.0), StepResult("ppl", "ppl", seconds=1.0),
+            StepResult("smollm2", "ppl-smollm2", seconds=40.0)]
+    assert [is_ppl(r) for r in rows] == [False, True, True]
+    timing = job_timing(rows, {}, 50.0, None)
+    assert timing["bench (smoke)"] == 3.0 and timing["ppl (smollm2)"] == 40.0
