@@ -428,3 +428,32 @@ def test_without_a_gpu_the_study_says_why_and_exits_2(tmp_path):
     assert study.main(["--out", str(tmp_path)]) == 2
     assert "no CUDA GPU" in (tmp_path / "UNAVAILABLE.txt").read_text()
     assert "the study measures GPUs only" in (tmp_path / "log.txt").read_text()
+
+
+def test_flat_cuts_is_the_rule_of_stream_unsupported():
+    """stream's and wide's group sums (asum_flat) cut a group into 8-element vectors per
+    lane: 8 x v rows with v a divisor of 32, or a multiple of 32
+    (csrc/correction_variant_stream.cu, stream_unsupported)."""
+    cut = [g for g in range(1, 4097) if cv.flat_cuts(g)]
+    assert cut[:7] == [8, 16, 32, 64, 128, 256, 512]
+    assert all(g % 256 == 0 for g in cut if g > 256)
+    # Marlin takes per-column weights of any K % 128 == 0: these are the ones it cannot cut
+    assert [k for k in range(128, 2049, 128) if not cv.flat_cuts(k)] == \
+        [384, 640, 896, 1152, 1408, 1664, 1920]
+    assert not cv.flat_cuts(0) and not cv.flat_cuts(12)
+
+
+def test_auto_never_hands_stream_or_wide_a_group_they_refuse():
+    """The shipped default met a per-column weight of K = 384 (the parity matrix's
+    M8-N256-K384-gK) with stream, which refused it: a RuntimeError, where Marlin itself ran
+    (the GPU test that failed on g1 and h1, 2026-12-05/06). auto now routes such a call to
+    side_stream; a variant asked for by name still refuses (its own test on the GPU)."""
+    assert cv.concrete_variant("auto", 8, 384) == cv.AUTO_UNCUT == "side_stream"
+    assert cv.concrete_variant("auto", 64, 640) == "side_stream"
+    assert cv.concrete_variant("auto", 8, 128) == "stream"
+    assert cv.concrete_variant("auto", 1024, 8192) == "wide"
+    assert cv.concrete_variant("auto", 8) == "stream"          # group not given: not checked
+    assert cv.concrete_variant("stream", 8, 384) == "stream"   # by name: never replaced
+    assert marlin_asym.call_group_size(-1, 384) == 384
+    assert marlin_asym.call_group_size(128, 8192) == 128
+    assert "side_stream where stream/wide cannot cut" in cv.describe("auto")

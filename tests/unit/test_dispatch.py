@@ -13,6 +13,7 @@ from harness.cases.data import quantize_asymmetric
 from harness.cases.registry import MATRICES
 from harness.kernels import dispatch as dp
 from harness.kernels import quant_gemm
+from harness.kernels.base import UnsupportedCase
 from harness.kernels.dispatch import (
     DispatchSettings,
     WeightTraits,
@@ -21,6 +22,9 @@ from harness.kernels.dispatch import (
     expected_marlin_rc,
     marlin_groupsize_for,
 )
+from harness.kernels.marlin.asym import MarlinAsymPath
+from harness.kernels.marlin.facts import marlin_weight_reason
+from harness.kernels.marlin.fused_zero import MarlinFusedZeroPath
 from harness.kernels.quant_gemm import QuantGemm
 
 ADA = (8, 9)
@@ -300,3 +304,27 @@ def test_marlin_paths_declare_the_shapes_marlin_rejects_before_the_call():
     assert reasons["M16-N2176-K2048-g128-s2"] is None       # thread_n 128 at M <= 16 runs
     assert reasons["M16-N2048-K2048-gK-s2"] is None         # per-row, translated to -1
     assert "N % 64" in reasons["M16-N50257-K2048-g128-s2"]
+
+
+def test_a_weight_no_batch_size_can_run_is_refused_by_both_marlin_paths_at_load():
+    """SmolLM2-135M's layers (hidden 576, k/v 192, MLP 1536) met Marlin on the H100 as
+    rc=1 at the first call of a forced marlin_asym model, and the CPU emulation ran them
+    (2026-12-06): now both devices refuse such a weight when it is prepared, in one line,
+    and a weight that some batch size runs is kept (its rc is the call's)."""
+    assert marlin_weight_reason(576, 576, 576) and "N=576, K=576" in marlin_weight_reason(
+        576, 576, 576)
+    assert marlin_weight_reason(192, 576, 576)
+    assert marlin_weight_reason(576, 1536, 1536)       # the MLP's down projection: N = 576
+    assert "rc=2 above" in marlin_weight_reason(1536, 576, 32)   # no kernel for g32
+    assert marlin_weight_reason(1536, 576, 576) is None   # M > 16's 64x256 tiles take it
+    assert marlin_weight_reason(8192, 8192, 128) is None
+    assert marlin_weight_reason(256, 384, 384) is None
+    # the seed's untranslated per-row size still reaches the kernel (its rc 2 is the check)
+    assert marlin_weight_reason(8192, 2048, 2048) is None
+    g = torch.Generator().manual_seed(0)
+    w = quantize_asymmetric(torch.randn(576, 576, generator=g), 64)
+    for path in (MarlinAsymPath(), MarlinFusedZeroPath()):
+        with pytest.raises(UnsupportedCase, match=f"{path.name}: Marlin has no kernel"):
+            path.prepare(w, torch.device("cpu"))
+    ok = quantize_asymmetric(torch.randn(384, 256, generator=g), 384)   # K = 384, per-column
+    assert MarlinAsymPath().prepare(ok, torch.device("cpu")).state["groupsize"] == -1

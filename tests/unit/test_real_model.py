@@ -53,18 +53,21 @@ def test_the_real_model_on_the_cpu(tmp_path, capsys):
     assert parity.linears == 210 and parity.weights > 100_000_000
     assert parity.mismatched_weights == 0 and parity.mismatched_blocks == 0
     assert main(["ppl", "--model", "smollm2", "--cpu", "--groups", "K", "--max-tokens", "4096",
-                 "--paths", "float,native_int4,marlin_asym", "--out", str(tmp_path),
+                 "--paths", "float,native_int4,fp16_cache,marlin_asym", "--out", str(tmp_path),
                  "--no-compare"]) == 0
     took = time.perf_counter() - t0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split()[1] for line in out.splitlines()
             if line.startswith("  ") and len(line.split()) > 2 and line.split()[0] in
-            ("float", "native_int4", "marlin_asym")}
-    assert set(rows) == {"float", "native_int4", "marlin_asym"}, out
-    ppl = {m: float(v) for m, v in rows.items()}
+            ("float", "native_int4", "fp16_cache", "marlin_asym")}
+    assert set(rows) == {"float", "native_int4", "fp16_cache", "marlin_asym"}, out
+    # Marlin has no kernel for most of this model's layers (K or N = 576): its row says so,
+    # on the CPU's emulation as on a GPU, instead of a perplexity Marlin could not give
+    assert rows["marlin_asym"] == "UNAVAILABLE" and "Marlin has no kernel" in out, out
+    ppl = {m: float(rows[m]) for m in ("float", "native_int4", "fp16_cache")}
     assert 5 < ppl["float"] < 30                                     # a real model on prose
     # per-column RTN on a 135M model: real drift, the two paths within 0.1% of each other
     assert ppl["native_int4"] > ppl["float"] * 1.05
-    assert abs(ppl["marlin_asym"] / ppl["native_int4"] - 1) < 1e-3
+    assert abs(ppl["fp16_cache"] / ppl["native_int4"] - 1) < 1e-3
     assert "4096 scored tokens" in out
     assert took < 180, f"{took:.0f} s on this machine"

@@ -41,7 +41,7 @@ import torch
 
 from harness.cases.data import QuantizedWeight
 
-from ..base import GemmPath, KernelReturnCode, Prepared, int4_weight_bytes
+from ..base import GemmPath, KernelReturnCode, Prepared, UnsupportedCase, int4_weight_bytes
 from ..build import extension
 from ..reference import apply_marlin_correction, implied_weight
 from .facts import (
@@ -53,6 +53,7 @@ from .facts import (
     QUANTO_PER_COLUMN_BOUND,
     QUANTO_PER_COLUMN_REASON,
     marlin_unsupported_reason,
+    marlin_weight_reason,
     rc_meaning,
 )
 from .pack import MarlinPack, marlin_groupsize, marlin_pack_asymmetric
@@ -98,6 +99,11 @@ def _sz(pack: MarlinPack) -> torch.Tensor:
     return pack.sz if pack.sz is not None else (pack.scales.float() * -8.0).to(torch.float16)
 
 
+def call_group_size(groupsize: int, K: int) -> int:
+    """The rows of one group of a Marlin call: K for groupsize -1 (per-column)."""
+    return K if groupsize == -1 else groupsize
+
+
 def marlin_mm_asymmetric(A: torch.Tensor, pack: MarlinPack, C: torch.Tensor,
                          workspace: torch.Tensor, provider: str | None = None,
                          groupsize: int | None = None, max_par: int = DEFAULT_MAX_PAR,
@@ -112,7 +118,8 @@ def marlin_mm_asymmetric(A: torch.Tensor, pack: MarlinPack, C: torch.Tensor,
     """
     prov = get_provider(provider)
     gs = pack.marlin_groupsize if groupsize is None else groupsize
-    name = concrete_variant(choose_variant(variant, prov.name), int(A.shape[0]))
+    name = concrete_variant(choose_variant(variant, prov.name), int(A.shape[0]),
+                            call_group_size(gs, int(A.shape[1])))
     ext = extension()
     if prov.name == "quanto":
         vid = ext_id(name)
@@ -210,6 +217,11 @@ class MarlinAsymPath(GemmPath):
         return marlin_pack_asymmetric(weight, formula=formula)
 
     def prepare(self, weight: QuantizedWeight, device: torch.device) -> Prepared:
+        # a weight no batch size can run (a model's layer; a GEMM case is refused earlier by
+        # unsupported_reason): unavailable, on the CPU's emulation as on the GPU
+        why = marlin_weight_reason(weight.N, weight.K, weight.group_size)
+        if why:
+            raise UnsupportedCase(f"{self.name}: {why}")
         weight = weight.to(device)
         prov = get_provider()
         variant = choose_variant(self.variant, prov.name)
@@ -244,7 +256,8 @@ class MarlinAsymPath(GemmPath):
             return out
         name = st["variant"] if variant is None else variant
         if name == "auto":
-            name = concrete_variant(name, int(A.shape[0]))
+            name = concrete_variant(name, int(A.shape[0]),
+                                    call_group_size(st["groupsize"], int(A.shape[1])))
         vid = EXT_IDS[name] if name in EXT_IDS else ext_id(name)   # ext_id raises on a bad name
         if vid is not None and st["provider"] == "quanto":
             call = self._ext_call or self._bind()      # the lean route: one C++ call

@@ -95,6 +95,23 @@ def expected_marlin_rc(M: int, N: int, K: int, groupsize: int,
     return rc
 
 
+def marlin_weight_reason(N: int, K: int, group_size: int) -> str | None:
+    """Why Marlin has no kernel for this weight at any batch size, or None: a model's layer
+    that a Marlin path cannot take whatever M its calls bring (e.g. K or N = 576, a
+    hidden size of SmolLM2-135M: neither tile of ``expected_marlin_rc`` divides it).
+    Uses the translated group size (per-row -> -1), as ``marlin_unsupported_reason``."""
+    if N % 64 or K % 16:
+        return f"Marlin's layout needs N % 64 == 0 and K % 16 == 0 (N={N}, K={K})"
+    gs = marlin_groupsize_for(group_size, K)
+    small, large = (expected_marlin_rc(M, N, K, gs) for M in (1, 64))   # the two tiles
+    if not (small and large):
+        return None
+    return (f"Marlin has no kernel for this weight at any batch size (N={N}, K={K}, "
+            f"groupsize {gs}): rc={small} at M <= 16 (128x128 tiles), rc={large} above "
+            f"(64x256): {rc_meaning(small)}"
+            + ("" if large == small else f"; {rc_meaning(large)}"))
+
+
 def marlin_unsupported_reason(M: int, N: int, K: int, group_size: int) -> str | None:
     """Why Marlin has no kernel for this shape (known before the call), or None.
 

@@ -24,6 +24,7 @@ from .facts import (
     MARLIN_SPLIT_K_REASON,
     MIN_CAPABILITY,
     marlin_unsupported_reason,
+    marlin_weight_reason,
     rc_meaning,
 )
 from .pack import marlin_groupsize, marlin_pack_asymmetric, permute_scales
@@ -58,6 +59,9 @@ class MarlinFusedZeroPath(GemmPath):
         return marlin_unsupported_reason(case.M, case.N, case.K, case.group_size)
 
     def prepare(self, weight: QuantizedWeight, device: torch.device) -> Prepared:
+        why = marlin_weight_reason(weight.N, weight.K, weight.group_size)
+        if why:
+            raise UnsupportedCase(f"{self.name}: {why}")
         gs = marlin_groupsize(weight.group_size, weight.K)
         if gs == -1:
             raise UnsupportedCase("marlin_fused_zero: per-column Marlin (groupsize -1) ignores sz "

@@ -161,12 +161,35 @@ def variant_requested(name: str | None) -> bool:
     return name is not None or bool(os.environ.get(VARIANT_ENV, "").strip())
 
 
-def concrete_variant(name: str, M: int) -> str:
+#: The variants whose group sums (``asum_flat`` in csrc/correction_variant_stream.cu) cut a
+#: group into warps: they refuse a group size ``flat_cuts`` rejects.
+FLAT_SUM = ("stream", "wide")
+#: What ``auto`` runs instead where its pick is one of ``FLAT_SUM`` and the group cannot be
+#: cut (a per-column weight of K = 384, 640, 896, ...: Marlin takes any K % 128 == 0):
+#: side_stream's sequence, whose group sums take any group size.
+AUTO_UNCUT = "side_stream"
+
+
+def flat_cuts(group_size: int) -> bool:
+    """Whether stream's and wide's group sums take a group of ``group_size`` rows: 8 x v
+    with v a divisor of 32 (8, 16, ..., 256) or a multiple of 32 (256, 512, ...). The
+    rule of ``stream_unsupported`` (csrc/correction_variant_stream.cu), which refuses the
+    others in one line; ``auto`` avoids them (``AUTO_UNCUT``)."""
+    v = group_size // 8
+    return group_size > 0 and group_size % 8 == 0 and (32 % v == 0 or v % 32 == 0)
+
+
+def concrete_variant(name: str, M: int, group_size: int | None = None) -> str:
     """``name`` itself, or for ``auto`` the entry of ``AUTO_BY_CLASS`` for M's class
-    (``two_kernel`` for a class the table leaves out)."""
+    (``two_kernel`` for a class the table leaves out); where that entry cannot cut the
+    call's group (``group_size``: K for a per-column weight; None: not checked),
+    ``AUTO_UNCUT``. A variant asked for by name is never replaced: it refuses instead."""
     if name != "auto":
         return name
-    return check_variant_name(AUTO_BY_CLASS.get(shape_class(M), "two_kernel"), "AUTO_BY_CLASS")
+    pick = check_variant_name(AUTO_BY_CLASS.get(shape_class(M), "two_kernel"), "AUTO_BY_CLASS")
+    if pick in FLAT_SUM and group_size is not None and not flat_cuts(group_size):
+        return AUTO_UNCUT
+    return pick
 
 
 def describe(name: str) -> str:
@@ -174,7 +197,7 @@ def describe(name: str) -> str:
     if name != "auto":
         return name
     picks = ", ".join(f"{c}={AUTO_BY_CLASS.get(c, 'two_kernel')}" for c, _, _ in SHAPE_CLASSES)
-    return f"auto ({picks})"
+    return f"auto ({picks}; {AUTO_UNCUT} where {'/'.join(FLAT_SUM)} cannot cut the group)"
 
 
 def ext_id(name: str) -> int | None:
