@@ -72,9 +72,13 @@ def test_a_bench_of_a_request_with_rows_measures_exactly_them(tmp_path):
     assert json.loads((tmp_path / "B.rows.json").read_text()) == sorted(map(list, wanted))
     [csv] = (tmp_path / "B").glob("*/*/smoke.csv")
     got = pd.read_csv(csv)
-    ok = got[got.status == "ok"]
-    assert set(zip(ok.case_id, ok.path, strict=True)) == set(wanted)
-    rest = got[got.status != "ok"]
+    asked = pd.Series([(c, p) in wanted for c, p in zip(got.case_id, got.path, strict=True)])
+    mine, rest = got[asked.values], got[~asked.values]
+    # every asked row measured, or refused for its path's own reason (on an SM 9.0 GPU
+    # without the opt-in marlin_asym is unavailable: `nox -s tests-gpu` clears the switch)
+    assert len(mine) == len(wanted) and (mine.error.fillna("") != bench_rows.LEFT_OUT).all()
+    assert set(mine.status) <= {"ok", "unavailable"}
+    assert (mine[mine.path == "fp16_cache"].status == "ok").all()
     assert len(rest) == 2 * len(smoke) - len(wanted)
     assert (rest.status == "unavailable").all() and (rest.error == bench_rows.LEFT_OUT).all()
     plugins = json.loads(csv.with_suffix(".json").read_text())["plugins"]
