@@ -92,13 +92,13 @@ class Settings:
         0, "another GPU model: rows per class (path, mode, M bucket) measured here at the "
         "baseline's commit for the machine factor; 0: every gated row", low=0, high=10000,
         stored_default=4)
-    projection_min_samples: int = _setting(0, "another GPU model: min_samples of those benches "
+    projection_min_samples: int = _setting(10, "another GPU model: min_samples of those benches "
                                            "(0: min_samples)", low=0, high=2000, stored_default=0)
     projection_warmup_ms: float = _setting(
-        0.0, "another GPU model: warmup_ms of those benches (0: warmup_ms)", high=1000.0,
+        5.0, "another GPU model: warmup_ms of those benches (0: warmup_ms)", high=1000.0,
         stored_default=0.0)
     projection_accuracy_runs: int = _setting(
-        0, "another GPU model: accuracy_runs of those benches (0: accuracy_runs); their rows "
+        1, "another GPU model: accuracy_runs of those benches (0: accuracy_runs); their rows "
         "screen time only, the job's own rows judge accuracy", high=100, stored_default=0)
     policy_min_lead: float = _setting(0.02, "dispatch policy: a class's winner leads by this, "
                                       "its interval above 0, or it is a tie", stored_default=0.02)

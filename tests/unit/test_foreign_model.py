@@ -165,8 +165,9 @@ def test_an_unchanged_build_on_another_model_gets_speed_verdicts_and_passes(
     # the factor first: one bench at the baseline's commit, of the sample only, graph mode
     first = fake.calls[0]
     assert first.revision == base_sha and first.label == "A" and first.modes == ("graph",)
-    assert first.settings == ()            # projection_min_samples 0: the bench's own
-    assert S.projection_min_samples == 0
+    # the factor's benches screen time only: fewer samples, a shorter warm-up, one
+    # accuracy run (the defaults since the thirteenth session's H100 calls, §16.7)
+    assert first.settings == ("min_samples=10", "warmup_ms=5", "accuracy_runs=1")
     assert 0 < len(first.rows) <= (per_class or 10000) * 9
     verdicts = _gated(run_dir)
     judged = [v for v in verdicts.values() if v != "TIMING_NOT_COMPARABLE"]
@@ -212,7 +213,12 @@ def test_a_real_slowdown_on_another_model_fails_that_path_and_no_other(tmp_path,
     assert "SLOWER" not in {v for k, v in verdicts.items() if k[1] != path}
 
 
+#: the factor's benches at the bench's own settings
+OWN = dict(projection_min_samples=0, projection_warmup_ms=0.0, projection_accuracy_runs=0)
+
+
 @pytest.mark.parametrize("changes, expected", [
+    ({}, ()),
     (dict(projection_min_samples=10), ("min_samples=10",)),
     (dict(projection_min_samples=10, projection_warmup_ms=5.0, projection_accuracy_runs=1),
      ("min_samples=10", "warmup_ms=5", "accuracy_runs=1")),
@@ -226,7 +232,7 @@ def test_the_factor_benches_alone_take_the_projection_settings(tmp_path, changes
     run_dir, _ = _stored(tmp_path, base_sha, head_sha, {"fp16_cache": 1.05})
     fake = OnTheRunner()
     ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines", arch="sm90",
-                      settings=replace(S, **changes), rounds=2, repo=repo,
+                      settings=replace(S, **{**OWN, **changes}), rounds=2, repo=repo,
                       runner=fake, echo=lambda s: None)
     factor = [c for c in fake.calls if c.out_dir.parent.name == "projection"]
     others = [c for c in fake.calls if c.out_dir.parent.name != "projection"]
