@@ -1,12 +1,12 @@
 """Every job of the H100 device calls committed under docs/data (the ninth session's
-d1-d3, the tenth's e1-e2, the eleventh's f1, the twelfth's g1; docs/measurement.md
-§9.8-9.12, §16.4-16.6)
+d1-d3, the tenth's e1-e2, the eleventh's f1, the twelfth's g1, the thirteenth's h1;
+docs/measurement.md §9.8-9.13, §16.4-16.7)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
 committed one). The figures the docs quote are checked by test_real_h100_acceptance.py
 (ninth), test_real_h100_tenth.py (tenth), test_real_h100_eleventh.py (eleventh) and
-test_real_h100_twelfth.py (twelfth)."""
+test_real_h100_twelfth.py (twelfth) and test_real_h100_thirteenth.py (thirteenth)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ D1, D2, D3 = "d1/{}/fc1619417a5c/sm90", "d2/{}/688a16534c5f/sm90", "d3/{}/378282
 E1, E2 = "e1/{}/07769aef7973/sm90", "e2/{}/5d57ec3cbb60/sm90"
 F1 = "f1/{}/82ffd795e41b/sm90"
 G1 = "g1/{}/82ffd795e41b/sm90"
+H1, H1B = "h1/{}/82ffd795e41b/sm90", "h1/{}/a774eb468413/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -41,6 +42,10 @@ ARCHIVES = {
     "h100-two-minute-2026-12-05-g.tar.gz": ("h100-2026-12-05-g", {
         G1.format("aa"): (False, False, 0, 380), G1.format("aa2"): (False, False, 0, 380),
         G1.format("foreign"): (True, False, 0, 380)}),
+    "h100-2026-12-06-h.tar.gz": ("h100-2026-12-06-h", {
+        H1.format("aa"): (False, False, 0, 380), H1.format("plantedjob"): (False, True, 1, 280),
+        H1B.format("foreign"): (True, False, 0, 380), H1B.format("aa2"): (False, False, 0, 380),
+        "h1/regressforeign/37385686142c/sm90": (True, False, 1, 380)}),
 }
 
 
