@@ -182,6 +182,17 @@ class GemmPath(ABC):
         """
         return None
 
+    def unsupported_weight_reason(self, weight: QuantizedWeight) -> str | None:
+        """None when some batch size M has a kernel for ``weight``; else a one-line reason.
+
+        For a model forced through this path (``harness ppl``): a layer no call could run
+        (e.g. Marlin with K = 576) makes the mode ``unavailable`` with this reason before
+        anything is prepared, where a GEMM case is judged by ``unsupported_reason``. The
+        dispatcher model does not ask it: TinyLoop's loader packs such a weight and its
+        dispatcher falls back per call, which its report shows.
+        """
+        return None
+
     def implementation(self, device: torch.device) -> str:
         """What actually runs on ``device`` (shown in result rows)."""
         return self.description

@@ -35,7 +35,7 @@ from torch import nn
 
 from harness.cases.data import QuantizedWeight
 from harness.kernels import dispatch as dsp
-from harness.kernels.base import KernelReturnCode, Prepared
+from harness.kernels.base import KernelReturnCode, Prepared, UnsupportedCase
 from harness.kernels.marlin.asym import marlin_mm_asymmetric
 from harness.kernels.marlin.pack import MarlinPackError
 from harness.kernels.quant_gemm import QuantGemm
@@ -175,6 +175,9 @@ class QuantRuntime:
                 W = lin.qweight.dequantize(torch.float64).to(torch.float32)
                 lin.state["W"] = W.to(self.device)
             elif self.path is not None:
+                why = self.path.unsupported_weight_reason(lin.qweight)
+                if why:
+                    raise UnsupportedCase(f"{self.path.name}: {why}")
                 lin.state["prepared"] = self.path.prepare(lin.qweight, self.device)
             else:
                 self._prepare_dispatch(lin)

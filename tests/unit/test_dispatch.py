@@ -13,7 +13,6 @@ from harness.cases.data import quantize_asymmetric
 from harness.cases.registry import MATRICES
 from harness.kernels import dispatch as dp
 from harness.kernels import quant_gemm
-from harness.kernels.base import UnsupportedCase
 from harness.kernels.dispatch import (
     DispatchSettings,
     WeightTraits,
@@ -26,6 +25,7 @@ from harness.kernels.marlin.asym import MarlinAsymPath
 from harness.kernels.marlin.facts import marlin_weight_reason
 from harness.kernels.marlin.fused_zero import MarlinFusedZeroPath
 from harness.kernels.quant_gemm import QuantGemm
+from harness.model.quant_linear import PathUnavailable, QuantLinear, QuantRuntime
 
 ADA = (8, 9)
 ON = DispatchSettings(marlin_enabled=True)
@@ -309,8 +309,8 @@ def test_marlin_paths_declare_the_shapes_marlin_rejects_before_the_call():
 def test_a_weight_no_batch_size_can_run_is_refused_by_both_marlin_paths_at_load():
     """SmolLM2-135M's layers (hidden 576, k/v 192, MLP 1536) met Marlin on the H100 as
     rc=1 at the first call of a forced marlin_asym model, and the CPU emulation ran them
-    (2026-12-06): now both devices refuse such a weight when it is prepared, in one line,
-    and a weight that some batch size runs is kept (its rc is the call's)."""
+    (2026-12-06): now a model forced through either path is unavailable, in one line, on
+    both devices; a weight that some batch size runs is kept (its rc is the call's)."""
     assert marlin_weight_reason(576, 576, 576) and "N=576, K=576" in marlin_weight_reason(
         576, 576, 576)
     assert marlin_weight_reason(192, 576, 576)
@@ -324,7 +324,17 @@ def test_a_weight_no_batch_size_can_run_is_refused_by_both_marlin_paths_at_load(
     g = torch.Generator().manual_seed(0)
     w = quantize_asymmetric(torch.randn(576, 576, generator=g), 64)
     for path in (MarlinAsymPath(), MarlinFusedZeroPath()):
-        with pytest.raises(UnsupportedCase, match=f"{path.name}: Marlin has no kernel"):
-            path.prepare(w, torch.device("cpu"))
+        assert "Marlin has no kernel" in path.unsupported_weight_reason(w)
+    # a model forced through the path (on the CPU: marlin_asym's emulation): that layer
+    # makes the mode unavailable, naming the layer and Marlin's codes
+    runtime = QuantRuntime("marlin_asym", torch.device("cpu"))
+    with pytest.raises(PathUnavailable, match="cannot prepare layers.0.q_proj .*"
+                                              "marlin_asym: Marlin has no kernel"):
+        QuantLinear("layers.0.q_proj", w, runtime, None)
+    # the dispatcher model still packs it, as TinyLoop's loader does, and falls back per call
+    runtime = QuantRuntime("dispatch", torch.device("cpu"))
+    lin = QuantLinear("layers.0.q_proj", w, runtime, None)
+    assert lin.state["marlin"] is not None
     ok = quantize_asymmetric(torch.randn(384, 256, generator=g), 384)   # K = 384, per-column
+    assert MarlinAsymPath().unsupported_weight_reason(ok) is None
     assert MarlinAsymPath().prepare(ok, torch.device("cpu")).state["groupsize"] == -1

@@ -41,7 +41,7 @@ import torch
 
 from harness.cases.data import QuantizedWeight
 
-from ..base import GemmPath, KernelReturnCode, Prepared, UnsupportedCase, int4_weight_bytes
+from ..base import GemmPath, KernelReturnCode, Prepared, int4_weight_bytes
 from ..build import extension
 from ..reference import apply_marlin_correction, implied_weight
 from .facts import (
@@ -216,12 +216,11 @@ class MarlinAsymPath(GemmPath):
         """The load-time pack of ``weight`` for a provider whose dequantization is ``formula``."""
         return marlin_pack_asymmetric(weight, formula=formula)
 
+    def unsupported_weight_reason(self, weight: QuantizedWeight) -> str | None:
+        # on the CPU's emulation as on the GPU: the emulation models Marlin's limits too
+        return marlin_weight_reason(weight.N, weight.K, weight.group_size)
+
     def prepare(self, weight: QuantizedWeight, device: torch.device) -> Prepared:
-        # a weight no batch size can run (a model's layer; a GEMM case is refused earlier by
-        # unsupported_reason): unavailable, on the CPU's emulation as on the GPU
-        why = marlin_weight_reason(weight.N, weight.K, weight.group_size)
-        if why:
-            raise UnsupportedCase(f"{self.name}: {why}")
         weight = weight.to(device)
         prov = get_provider()
         variant = choose_variant(self.variant, prov.name)

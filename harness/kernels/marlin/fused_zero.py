@@ -58,10 +58,10 @@ class MarlinFusedZeroPath(GemmPath):
     def unsupported_reason(self, case) -> str | None:
         return marlin_unsupported_reason(case.M, case.N, case.K, case.group_size)
 
+    def unsupported_weight_reason(self, weight: QuantizedWeight) -> str | None:
+        return marlin_weight_reason(weight.N, weight.K, weight.group_size)
+
     def prepare(self, weight: QuantizedWeight, device: torch.device) -> Prepared:
-        why = marlin_weight_reason(weight.N, weight.K, weight.group_size)
-        if why:
-            raise UnsupportedCase(f"{self.name}: {why}")
         gs = marlin_groupsize(weight.group_size, weight.K)
         if gs == -1:
             raise UnsupportedCase("marlin_fused_zero: per-column Marlin (groupsize -1) ignores sz "
