@@ -1,11 +1,15 @@
 """The thirteenth session's H100 calls (docs/data/h100-2026-12-06-h.tar.gz,
-docs/measurement.md §9.13 and §16.7, docs/perplexity.md §7) read back on a CPU: the figures
+docs/measurement.md §9.13 and §16.7; docs/data/ppl-smollm2-h100-2026-12-06/, docs/perplexity.md
+§7) read back on a CPU: the figures
 the docs quote are these files' (test_real_h100_replay.py replays every job's verdicts with
 `harness report`)."""
 
 from __future__ import annotations
 
-from device_archives import archive_fixture
+import json
+
+import pandas as pd
+from device_archives import DATA, archive_fixture
 
 H1, H1B = "h1/{}/82ffd795e41b/sm90", "h1/{}/a774eb468413/sm90"
 REGRESS = "h1/regressforeign/37385686142c/sm90"
@@ -79,3 +83,30 @@ def test_the_regression_on_top_judged_on_the_runner_fails_its_path_only(runs):
         fp16 = [k for k in gate["verdicts"] if k.split("|")[1] == "fp16_cache"
                 and k.endswith("|graph")]
         assert len(fp16) == rows                              # every one of its rows
+
+
+PPL = DATA / "ppl-smollm2-h100-2026-12-06"
+
+
+def test_the_real_models_perplexity_on_the_gpu():
+    """docs/perplexity.md §7: SmolLM2-135M on 32,768 tokens per mode on an H100."""
+    meta = json.loads((PPL / "ppl-smollm2.json").read_text())
+    assert meta["environment"]["gpu_uuid"] == "57d43f2c-a848-d589-86e6-32560a57eecb"
+    assert meta["commit"] == "34e40f77a4d7"
+    assert meta["parity"]["mismatched_weights"] == 0 and meta["parity"]["linears"] == 210
+    rows = pd.read_csv(PPL / "ppl-smollm2.csv")
+    ok = rows[rows.status == "ok"].set_index(["case_id", "path"])
+    assert round(ok.loc[("smollm2-g32", "float"), "ppl"], 4) == 11.2809
+    drift = ok["ppl_drift_vs_reference"]
+    assert abs(drift[("smollm2-g32", "native_int4")]) < 1e-4        # the g32 parity
+    assert abs(drift[("smollm2-g32", "fp16_cache")]) < 1e-4
+    assert round(drift[("smollm2-g128", "native_int4")], 4) == 0.9826
+    assert round(drift[("smollm2-gK", "native_int4")], 4) == 1.3732
+    tok_s = 1024 / (ok["time_us_median"] / 1e6)
+    assert round(tok_s[("smollm2-g32", "native_int4")], -2) == 14800
+    assert round(tok_s[("smollm2-g32", "fp16_cache")], -2) == 59600
+    # Marlin has no kernel for this model's shapes: unavailable, never a number
+    marlin = rows[rows.path.isin(["marlin_asym", "marlin_fused_zero"])]
+    assert (marlin.status == "unavailable").all() and len(marlin) == 6
+    assert marlin.error.str.contains("Marlin has no kernel").all()
+    assert round(json.loads((PPL / "job.json").read_text())["seconds"]["ppl (smollm2)"]) == 79
