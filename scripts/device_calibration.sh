@@ -26,7 +26,8 @@
 #   testsgpu `nox -s tests-gpu`; fleet: the fleet build's SASS test (issue 19);
 #           bisect: scripts/bisect_acceptance.sh (issue 20; needs FROM_BUNDLE);
 #           kernels: `harness study kernels` warm and --cold-l2 (issue 21; KERNELS_ARGS), CSVs under $OUT;
-#           gputests: pytest $GPU_TESTS; correction: `harness study correction` (issue 21)
+#           gputests: pytest $GPU_TESTS; correction: `harness study correction` (issue 21);
+#           smollm2: the job's real-model step, its rows copied to $OUT (issue 39)
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
 #   shard   issue 22, all four of: shardtest (tests/gpu/test_bench_shard_gpu.py: two workers
 #           sharing GPU 0 against one worker; one worker per GPU where there are several),
@@ -205,6 +206,13 @@ if [ "$gpus" -gt 1 ]; then
     python3 -m harness job --arch sm90 --steps gemm --mode graph --gpus all --out "$res/shardplanted" \
     --no-progress --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-}
 fi
+# smollm2 (issue 39): the job's real-model step (`harness job --steps smollm2`: SmolLM2 at
+# groups 32, 128, K on 32,768 tokens), the GGUF from $HARNESS_MODEL_DIR (joined from the
+# carried parts: docs/perplexity.md §7); its rows copied to the top of $OUT, where they come
+# back (a deep results folder does not), for `harness baseline accept`
+[[ $steps == *" smollm2 "* ]] && step smollm2 python3 -m harness job --arch sm90 --steps smollm2 \
+  --out "$res/smollm2" --no-progress; [[ $steps == *" smollm2 "* ]] && \
+  cp "$res"/smollm2/*/sm90/ppl-smollm2.csv "$res"/smollm2/*/sm90/ppl-smollm2.json "$out/" 2>/dev/null
 # gputests: chosen GPU tests (GPU_TESTS, pytest arguments; default the correction variants')
 [[ $steps == *" gputests "* ]] && step gputests python3 -m pytest -q -p no:cacheprovider \
   ${GPU_TESTS:-tests/gpu/test_correction_variants.py}
