@@ -36,11 +36,8 @@ class ConfigError(ValueError):
 PACKAGED_SOURCE = "<packaged defaults>"
 DEFAULT_PRESET_NAME = "default"
 
-#: Settings that no longer exist: the per-element ULP gate (``max_ulp`` / ``p99_ulp``
-#: against the baseline's + max(ulp_tolerance, ulp_rel_tolerance x the baseline's)),
-#: replaced by the LESS_ACCURATE rule (``rel_err_growth``, ``rms_ulp_slack``,
-#: ``rms_ulp_growth``). Stored runs and older pyproject tables that carry them still load;
-#: the values are ignored. ``--set`` refuses them.
+#: Retired settings (the per-element ULP gate, replaced by LESS_ACCURATE): stored runs and
+#: older pyproject tables that carry them still load, values ignored; ``--set`` refuses them.
 RETIRED: frozenset[str] = frozenset({"ulp_tolerance", "ulp_rel_tolerance"})
 
 #: The keys ``[tool.harness]`` itself may hold.
@@ -92,20 +89,19 @@ class Settings:
         0, "another GPU model: rows per class (path, mode, M bucket) measured here at the "
         "baseline's commit for the machine factor; 0: every gated row", low=0, high=10000,
         stored_default=4)
-    projection_min_samples: int = _setting(10, "another GPU model: min_samples of those benches "
-                                           "(0: min_samples)", low=0, high=2000, stored_default=0)
-    projection_warmup_ms: float = _setting(
-        5.0, "another GPU model: warmup_ms of those benches (0: warmup_ms)", high=1000.0,
-        stored_default=0.0)
-    projection_accuracy_runs: int = _setting(
-        1, "another GPU model: accuracy_runs of those benches (0: accuracy_runs); their rows "
-        "screen time only, the job's own rows judge accuracy", high=100, stored_default=0)
+    # the machine factor's benches only (0: the bench's own; their rows screen time only)
+    projection_min_samples: int = _setting(10, "another GPU model: min_samples of those benches",
+                                           high=2000, stored_default=0)
+    projection_warmup_ms: float = _setting(5.0, "another GPU model: warmup_ms of those benches",
+                                           high=1000.0, stored_default=0.0)
+    projection_accuracy_runs: int = _setting(1, "another GPU model: accuracy_runs of those "
+                                             "benches", high=100, stored_default=0)
     policy_min_lead: float = _setting(0.02, "dispatch policy: a class's winner leads by this, "
                                       "its interval above 0, or it is a tie", stored_default=0.02)
     fail_on_winner_change: int = _setting(0, "1: WINNER_CHANGED fails; 0: reported", high=1,
                                           stored_default=0)
-    ppl_drift_tolerance: float = _setting(
-        0.01, "relative perplexity drift allowed against the baseline")
+    ppl_drift_tolerance: float = _setting(0.01, "relative perplexity drift allowed against "
+                                          "the baseline")
     warmup_ms: float = _setting(
         25.0, "host ms of untimed warm-up batches before each (case, path, mode) samples")
     max_case_seconds: float = _setting(
@@ -131,14 +127,12 @@ class Settings:
         0, "1: every nondeterministic row fails; 0: a path documented to vary passes",
         high=1, stored_default=0)
     rel_err_growth: float = _setting(
-        0.10, "LESS_ACCURATE: rel_err above the baseline's x (1 + this)",
-        stored_default=0.10)
+        0.10, "LESS_ACCURATE: rel_err above the baseline's x (1 + this)", stored_default=0.10)
     rms_ulp_slack: float = _setting(
         0.25, "LESS_ACCURATE: rms_ulp_p99 above the baseline's + max(this, growth x it)",
         stored_default=0.25)
     rms_ulp_growth: float = _setting(
-        0.10, "LESS_ACCURATE: the relative part of the rms_ulp_p99 allowance",
-        stored_default=0.10)
+        0.10, "LESS_ACCURATE: the relative part of the rms_ulp_p99 allowance", stored_default=0.10)
     graph_idle_ratio: float = _setting(
         1.0, "graph mode: untimed GPU idle after each timed batch, x the batch's time",
         stored_default=0.0)

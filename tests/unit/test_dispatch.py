@@ -337,4 +337,6 @@ def test_a_weight_no_batch_size_can_run_is_refused_by_both_marlin_paths_at_load(
     assert lin.state["marlin"] is not None
     ok = quantize_asymmetric(torch.randn(384, 256, generator=g), 384)   # K = 384, per-column
     assert MarlinAsymPath().unsupported_weight_reason(ok) is None
-    assert MarlinAsymPath().prepare(ok, torch.device("cpu")).state["groupsize"] == -1
+    st = MarlinAsymPath().prepare(ok, torch.device("cpu")).state
+    # per-column: Marlin's -1, and the group's 384 rows, from which auto picks its variant
+    assert st["groupsize"] == -1 and st["group_rows"] == 384

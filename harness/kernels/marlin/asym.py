@@ -226,7 +226,9 @@ class MarlinAsymPath(GemmPath):
         variant = choose_variant(self.variant, prov.name)
         gs = self.kernel_groupsize(weight)
         pack = self.pack_weight(weight, prov.formula(gs))
-        state: dict = {"pack": pack, "groupsize": gs, "provider": prov.name, "variant": variant}
+        # the rows of one group (K per-column): auto's pick depends on it (``concrete_variant``)
+        state: dict = {"pack": pack, "groupsize": gs, "provider": prov.name, "variant": variant,
+                       "group_rows": call_group_size(gs, weight.K)}
         if device.type == "cpu":
             state["W_implied"] = implied_weight(pack)
             extra = pack.nbytes()
@@ -255,8 +257,7 @@ class MarlinAsymPath(GemmPath):
             return out
         name = st["variant"] if variant is None else variant
         if name == "auto":
-            name = concrete_variant(name, int(A.shape[0]),
-                                    call_group_size(st["groupsize"], int(A.shape[1])))
+            name = concrete_variant(name, int(A.shape[0]), st["group_rows"])
         vid = EXT_IDS[name] if name in EXT_IDS else ext_id(name)   # ext_id raises on a bad name
         if vid is not None and st["provider"] == "quanto":
             call = self._ext_call or self._bind()      # the lean route: one C++ call
