@@ -9,9 +9,13 @@ does nothing. On reaching the gate it writes the time (``time.time()``) into the
 named by the gate's path plus ``.ready``: the runner's time line (``bench_runner``) tells
 a bench's start-up from its measuring by it. It gives up, with one line naming the gate,
 after ``$HARNESS_BENCH_GATE_TIMEOUT`` seconds (default 3600) or when the process that
-started it has gone. Standard library only: the bench of an older revision runs this file too.
+started it has gone. When the bench is done (``atexit``: its results written, the
+interpreter about to tear down torch and the CUDA context) it writes the time into the
+gate's path plus ``.exit``: the time line tells the process's exit from its measuring.
+Standard library only: the bench of an older revision runs this file too.
 """
 
+import atexit
 import os
 import sys
 import time
@@ -35,6 +39,16 @@ def wait_for_gate(path: str, timeout_s: float, poll_s: float = 0.01) -> None:
         time.sleep(poll_s)
 
 
+def mark_exit(path: str) -> None:
+    """Write the time into ``path`` + ``.exit`` (at interpreter exit); never raises."""
+    try:
+        with open(path + ".exit", "w") as fh:
+            fh.write(repr(time.time()))
+    except OSError:
+        pass
+
+
 _GATE = os.environ.get("HARNESS_BENCH_GATE", "")
 if _GATE:
     wait_for_gate(_GATE, float(os.environ.get("HARNESS_BENCH_GATE_TIMEOUT", "3600")))
+    atexit.register(mark_exit, _GATE)

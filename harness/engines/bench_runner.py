@@ -203,22 +203,28 @@ class SubprocessRunner:
     @staticmethod
     def _close(s: Started) -> None:
         s.fh.close()
-        ready = None
+        ready = exiting = None
         if s.gate is not None:
-            ready_file = Path(str(s.gate) + ".ready")
-            try:
-                ready = float(ready_file.read_text())
-            except (OSError, ValueError):
-                pass                      # never reached its gate (killed, or failed before)
-            ready_file.unlink(missing_ok=True)
+            ready = _stamp(Path(str(s.gate) + ".ready"))   # None: never reached its gate
+            exiting = _stamp(Path(str(s.gate) + ".exit"))  # None: killed, or an old gate
             s.gate.unlink(missing_ok=True)
         if s.released is not None:        # a bench that measured (not a shadow)
             record = {"label": s.req.label, "round": s.req.round, "rows": len(s.req.rows),
                       "started": s.started, "ready": ready, "released": s.released,
-                      "ended": time.time()}
+                      "exiting": exiting, "ended": time.time()}
             with contextlib.suppress(OSError):
                 s.log.with_name(f"{s.req.out_dir.name}.time.json").write_text(
                     json.dumps(record) + "\n")
+
+
+def _stamp(path: Path) -> float | None:
+    """The time a gate plugin wrote into ``path`` (then removed), or None."""
+    try:
+        return float(path.read_text())
+    except (OSError, ValueError):
+        return None
+    finally:
+        path.unlink(missing_ok=True)
 
 
 subprocess_runner = SubprocessRunner()
@@ -228,12 +234,14 @@ def bench_timeline(folders: Sequence[Path], part: str) -> dict[str, float]:
     """Where the benches run under ``folders`` spent their time, from the records
     ``SubprocessRunner`` leaves beside their logs, as ``"<part>: measuring"`` (from the
     gate's opening, or the bench reaching its gate when that came later, to its exit: its
-    data, set-up, measuring and writing) and ``"<part>: start-up wait"`` (the time the
+    data, set-up, measuring and writing), ``"<part>: start-up wait"`` (the time the
     pipeline waited for a released bench to finish starting up: python, torch, the CUDA
-    context, the paths); empty when no bench left a record. A bench run without a gate
-    counts whole as measuring."""
-    measuring = wait = 0.0
-    benches = 0
+    context, the paths) and ``"<part>: exit"`` (from the bench's ``atexit``, its results
+    written, to the process's end: the interpreter's and the CUDA context's teardown;
+    where the benches recorded it, and then not in "measuring"); empty when no bench left
+    a record. A bench run without a gate counts whole as measuring."""
+    measuring = wait = exiting = 0.0
+    benches = exits = 0
     for folder in folders:
         for f in sorted(Path(folder).rglob("*.time.json")):
             try:
@@ -244,8 +252,17 @@ def bench_timeline(folders: Sequence[Path], part: str) -> dict[str, float]:
                 continue
             benches += 1
             wait += go - released
-            measuring += ended - go
-    return {f"{part}: measuring": measuring, f"{part}: start-up wait": wait} if benches else {}
+            done = rec.get("exiting")
+            if isinstance(done, (int, float)) and go <= done <= ended:
+                exits += 1
+                exiting += ended - done
+                measuring += done - go
+            else:
+                measuring += ended - go
+    if not benches:
+        return {}
+    return {f"{part}: measuring": measuring, f"{part}: start-up wait": wait,
+            **({f"{part}: exit": exiting} if exits else {})}
 
 
 class _Mapped:
@@ -274,6 +291,68 @@ def with_requests(runner, fn: Callable[[BenchRequest], BenchRequest]):
 AHEAD = 2
 
 
+class Pipeline:
+    """``run_pipelined`` in two steps: ``prime()`` starts the first ``ahead`` benches,
+    which start up and wait at their gates, and ``run()`` measures every request in order
+    (priming first if not yet done). Between the two the caller may do other work (the
+    job's perplexity step while the machine factor's benches start up). ``abort()`` (or
+    leaving a ``with`` block) kills the benches still held; a plain callable runner is
+    run one request after another by ``run()`` and primes nothing."""
+
+    def __init__(self, runner, reqs: Sequence[BenchRequest], ahead: int = AHEAD) -> None:
+        self.runner, self.reqs, self.ahead = runner, list(reqs), max(1, ahead)
+        self.held: deque = deque()
+        self.primed = False
+
+    def _begin(self, j: int):
+        # past the last request: shadows of it, stopped at their gates, so the last benches
+        # too measure beside starting processes, as every other bench of both sides does
+        reqs = self.reqs
+        return self.runner.start(reqs[j] if j < len(reqs) else shadow(reqs[-1], j - len(reqs)))
+
+    def prime(self) -> Pipeline:
+        if not self.primed and self.reqs and hasattr(self.runner, "start"):
+            try:
+                for j in range(self.ahead):
+                    self.held.append(self._begin(j))
+            except BaseException:
+                self.abort()
+                raise
+        self.primed = True
+        return self
+
+    def run(self, on_start: Callable[[int], object] = lambda i: None,
+            on_done: Callable[[int], object] = lambda i: None) -> None:
+        runner = self.runner
+        if not hasattr(runner, "start"):
+            for i, req in enumerate(self.reqs):
+                on_start(i)
+                runner(req)
+                on_done(i)
+            return
+        try:
+            self.prime()
+            for i in range(len(self.reqs)):
+                cur = self.held.popleft()
+                on_start(i)
+                runner.release(cur)
+                self.held.append(self._begin(i + self.ahead))
+                runner.finish(cur)
+                on_done(i)
+        finally:                                  # done, or failed: the held ones go
+            self.abort()
+
+    def abort(self) -> None:
+        while self.held:
+            self.runner.abort(self.held.popleft())
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.abort()
+
+
 def run_pipelined(runner, reqs: Sequence[BenchRequest],
                   on_start: Callable[[int], object] = lambda i: None,
                   on_done: Callable[[int], object] = lambda i: None,
@@ -282,33 +361,7 @@ def run_pipelined(runner, reqs: Sequence[BenchRequest],
     ``ahead`` benches are started (and held at their gates) while the current one
     measures. ``on_start(i)`` runs when request i may start measuring, ``on_done(i)`` when
     it is done. A failure kills the benches held at their gates and propagates."""
-    if not hasattr(runner, "start"):
-        for i, req in enumerate(reqs):
-            on_start(i)
-            runner(req)
-            on_done(i)
-        return
-    if not reqs:
-        return
-    ahead = max(1, ahead)
-
-    def begin(j: int):
-        # past the last request: shadows of it, stopped at their gates, so the last benches
-        # too measure beside starting processes, as every other bench of both sides does
-        return runner.start(reqs[j] if j < len(reqs) else shadow(reqs[-1], j - len(reqs)))
-
-    held = deque(begin(j) for j in range(ahead))
-    try:
-        for i in range(len(reqs)):
-            cur = held.popleft()
-            on_start(i)
-            runner.release(cur)
-            held.append(begin(i + ahead))
-            runner.finish(cur)
-            on_done(i)
-    finally:                                  # done, or failed: the held ones go
-        for h in held:
-            runner.abort(h)
+    Pipeline(runner, reqs, ahead).run(on_start, on_done)
 
 
 def shadow(req: BenchRequest, k: int = 0) -> BenchRequest:

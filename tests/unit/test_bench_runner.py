@@ -17,6 +17,7 @@ from harness.engines.bench_runner import (
     GATE_ENV,
     GATE_PLUGIN,
     BenchRequest,
+    Pipeline,
     SubprocessRunner,
     bench_timeline,
     run_pipelined,
@@ -103,6 +104,33 @@ def test_two_ahead_start_two_benches_behind_the_measuring_one():
                           ("finish", 0), ("abort", 100), ("abort", 200)]
 
 
+def test_a_primed_pipeline_starts_its_benches_before_it_runs_them():
+    """``Pipeline.prime`` starts the first benches, held at their gates, while the caller
+    does other work (the job's ppl step); ``run`` then measures as ``run_pipelined``
+    does, and a pipeline left unrun kills what it holds."""
+    rec = Recorder()
+    with Pipeline(rec, _reqs(3)) as pipe:
+        pipe.prime()
+        assert rec.events == [("start", 0), ("start", 1)]
+        rec.events.append(("elsewhere", -1))
+        pipe.prime()                                           # once only
+        pipe.run()
+    after = rec.events[rec.events.index(("elsewhere", -1)) + 1:]
+    assert after == [("release", 0), ("start", 2), ("finish", 0),
+                     ("release", 1), ("start", 102), ("finish", 1),
+                     ("release", 2), ("start", 202), ("finish", 2),
+                     ("abort", 102), ("abort", 202)]
+    left = Recorder()
+    with Pipeline(left, _reqs(3)) as pipe:
+        pipe.prime()
+    assert left.events == [("start", 0), ("start", 1), ("abort", 0), ("abort", 1)]
+    plain: list[str] = []
+    pipe = Pipeline(lambda req: plain.append(req.revision), _reqs(2)).prime()
+    assert plain == []                         # a plain callable primes nothing
+    pipe.run()
+    assert plain == ["rev0", "rev1"]
+
+
 def test_a_failure_kills_the_benches_held_at_their_gates():
     rec = Recorder(fail=1)
     with pytest.raises(CompareError, match="bench 1 failed"):
@@ -171,15 +199,18 @@ def test_without_the_variable_the_gate_plugin_does_nothing():
     assert out.strip() == "through"
 
 
-def _fake_bench(monkeypatch, start_s: float, measure_s: float) -> None:
-    """Benches that take ``start_s`` to reach the gate plugin and ``measure_s`` after it."""
-    code = (f"import runpy, time; time.sleep({start_s}); runpy.run_path({str(GATE_PLUGIN)!r}); "
+def _fake_bench(monkeypatch, start_s: float, measure_s: float, exit_s: float = 0.0) -> None:
+    """Benches that take ``start_s`` to reach the gate plugin, ``measure_s`` after it and
+    ``exit_s`` to exit after their ``atexit`` (registered first, so it runs after the gate
+    plugin's: a teardown after the results are written)."""
+    code = (f"import atexit, runpy, time; atexit.register(time.sleep, {exit_s}); "
+            f"time.sleep({start_s}); runpy.run_path({str(GATE_PLUGIN)!r}); "
             f"time.sleep({measure_s})")
     monkeypatch.setattr(bench_runner, "bench_command", lambda req: [sys.executable, "-c", code])
 
 
 def test_each_bench_leaves_its_start_up_and_measuring_times(monkeypatch, tmp_path):
-    _fake_bench(monkeypatch, start_s=0.8, measure_s=0.4)
+    _fake_bench(monkeypatch, start_s=0.8, measure_s=0.4, exit_s=0.3)
     runner = SubprocessRunner()
     reqs = [BenchRequest("AB"[i], f"rev{i}", tmp_path, tmp_path / "ab" / f"r{i}", "smoke", 0,
                          rows=(("c", "p"),)) for i in range(2)]
@@ -189,8 +220,11 @@ def test_each_bench_leaves_its_start_up_and_measuring_times(monkeypatch, tmp_pat
     # started with it, was at its gate when the first had measured; shadows leave no record
     assert 0.8 - 0.05 < got["A/B: start-up wait"] < 6.0, got
     assert 0.8 - 0.05 < got["A/B: measuring"] < 0.8 + 3.0, got
+    # each bench's teardown after its atexit (0.3 s) is its own part, not measuring
+    assert 0.6 - 0.05 < got["A/B: exit"] < 0.6 + 2.0, got
     assert len(list((tmp_path / "ab").glob("*.time.json"))) == 2
     assert not list((tmp_path / "ab").glob("*.ready"))          # the runner removed them
+    assert not list((tmp_path / "ab").glob("*.exit"))
 
 
 def test_no_records_no_parts(tmp_path):
