@@ -25,6 +25,7 @@ reading is their verdict (``harness.engines.ab_step``).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -37,7 +38,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from ..engines.ab_step import ab_confirm
+from ..engines.ab_step import Confirmation
 from ..errors import (
     EXIT_ERROR,
     EXIT_FAIL,
@@ -255,32 +256,35 @@ def run(args: argparse.Namespace) -> int:
         for step, matrix in steps:
             if matrix in matrices:
                 results.append(StepResult(step, matrix, code, seconds=took, reason=err))
-    for step, matrix in steps:
-        if step not in PPL_STEPS or step not in wanted:
-            continue
-        t1 = time.perf_counter()
-        where = ["--cpu"] if args.cpu else ["--marlin-sm90"]
-        what = (["--fixture", "g128"] if args.cpu else []) if step == "ppl" else \
-            PPL_STEPS[step] + ([] if args.cpu else REAL_MODEL_ARGS)
-        code, err = _run_step(["ppl", *where, *what, *_common(args)])
-        results.append(StepResult(step, matrix, code, seconds=time.perf_counter() - t1,
-                                  reason=err))
     run_dir = _run_dir(args, git_commit())
     ab_parts: dict[str, float] = {}
-    if args.ab_confirm and run_dir is not None:
-        gated = [r.matrix for r in results
-                 if not is_ppl(r) and r.exit_code in (EXIT_PASS, EXIT_FAIL)]
-        if pre is not None and gated:
+    gated = [r.matrix for r in results if r.exit_code in (EXIT_PASS, EXIT_FAIL)]
+    conf = None
+    if args.ab_confirm and run_dir is not None and gated:
+        if pre is not None:
             ab_parts["A/B builds"] = pre.wait()
             for line in pre.lines:
                 print(f"harness job: A/B build of {line}")
-        try:
-            if gated:
-                ab_confirm(run_dir, gated, baselines=args.baselines, arch=run_dir.name,
-                           settings=settings_from_args(args), rounds=args.ab_rounds,
-                           seconds=ab_parts)
-        except EXPECTED_ERRORS as exc:     # e.g. an unreadable stored run or baseline
-            print(f"harness job: A/B not done, the verdicts stand: {one_line(exc)}")
+        # on another GPU model the machine factor's benches start up during the ppl steps
+        conf = Confirmation(run_dir, gated, baselines=args.baselines, arch=run_dir.name,
+                            settings=settings_from_args(args), rounds=args.ab_rounds,
+                            seconds=ab_parts)
+    with conf or contextlib.nullcontext():
+        if conf is not None:
+            _confirming(conf.start)
+        for step, matrix in steps:
+            if step not in PPL_STEPS or step not in wanted:
+                continue
+            t1 = time.perf_counter()
+            where = ["--cpu"] if args.cpu else ["--marlin-sm90"]
+            what = (["--fixture", "g128"] if args.cpu else []) if step == "ppl" else \
+                PPL_STEPS[step] + ([] if args.cpu else REAL_MODEL_ARGS)
+            code, err = _run_step(["ppl", *where, *what, *_common(args)])
+            results.append(StepResult(step, matrix, code, seconds=time.perf_counter() - t1,
+                                      reason=err))
+        if conf is not None:
+            _confirming(conf.finish)
+    run_dir = _run_dir(args, git_commit())     # a ppl-only job's is made by its ppl step
     for r in results:
         r.rows, r.verdicts, gate = _gate_record(run_dir, r.matrix) if run_dir else (0, {}, {})
         if not is_ppl(r) and r.exit_code not in (EXIT_ERROR, EXIT_WRONG_RUNNER) and gate:
@@ -354,6 +358,15 @@ def _prebuild(args, matrices: list[str],
     shas = [r.commit for r in base.rows] + [base.environment.commit]
     return prebuild.start(Path("."), shas, arch,
                           Path(tempfile.mkdtemp(prefix="harness-prebuild-")))
+
+
+def _confirming(step) -> None:
+    """Run a step of the A/B confirmation; an expected error (an unreadable stored run or
+    baseline) leaves the verdicts as they stand, in one line."""
+    try:
+        step()
+    except EXPECTED_ERRORS as exc:
+        print(f"harness job: A/B not done, the verdicts stand: {one_line(exc)}")
 
 
 def _run_dir(args, commit: str) -> Path | None:

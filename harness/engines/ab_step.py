@@ -34,26 +34,27 @@ tests pass a fake one.
 
 from __future__ import annotations
 
-import re
-import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..config import Settings
 from ..errors import EXPECTED_ERRORS, one_line
-from ..reports.ab_confirm import AB_KEY, ABRecord, ABRow, apply_ab, same_commit, screen_keys
-from ..reports.gate import evaluate, stored_remeasure
-from ..reports.gate_record import stored_partial, write_gate_record
-from ..reports.projection import PROJECTED
-from ..reports.verdicts import GateResult, RowVerdict, Verdict
-from ..results.baseline import check_baseline_gate, run_settings
-from ..results.models import load_for_model
-from ..results.store import load_run, read_meta, write_meta
-from .bench_runner import bench_timeline, with_requests
+from ..reports.verdicts import RowVerdict
+from ..results.schema import Key, ResultRow
+from ..results.store import read_meta
+from .ab_pending import (  # noqa: F401  (Pending, row_commit: re-exported for the tests)
+    Pending,
+    commit_groups,
+    pending,
+    reading_of,
+    row_commit,
+    store_readings,
+)
+from .ab_plugins import current_side_plugins, dirty
+from .bench_runner import bench_timeline
 from .compare import APart, compare, selection
-from .projection_step import Projected, factor_bench_settings, measure_sample, project, sample_plan
+from .projection_step import FactorBenches, factor_bench_settings, project, sample_plan
 from .revisions import (
     BenchRunner,
     resolve_revision,
@@ -61,242 +62,226 @@ from .revisions import (
 )
 
 
-def _dirty(repo: Path) -> bool:
-    """True when ``harness/`` has uncommitted changes (or git cannot say)."""
-    proc = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "harness"],
-                          capture_output=True, text=True)
-    return proc.returncode != 0 or bool(proc.stdout.strip())
+class Confirmation:
+    """``ab_confirm`` in two steps, so that ``harness job`` can run its perplexity step
+    while the machine factor's benches start up: ``start()`` reads each matrix's stored
+    gate and, for another GPU model's matrices, starts the factor's benches at the
+    baseline's commits (held at their gates, ``projection_step.FactorBenches``);
+    ``finish()`` measures the factor, projects and screens, runs the A/B and stores the
+    records; per matrix its new exit code (``ab_confirm`` says what). ``close()`` (or
+    leaving a ``with`` block) kills what is still held.
 
+    On another GPU model, the A/B of the rows the projection screens starts from what was
+    measured already: the factor's readings at the baseline's commits are its round 0 of
+    side A and the job's own bench its round 0 of side B (``compare``'s ``seeds``), so it
+    measures ``rounds - 1`` more rounds of each side."""
 
-#: A ``--plugin`` file that is an instrument rather than a change (a timer, a probe) says
-#: so with this line at module level; the A/B step gives it to both sides.
-BOTH_SIDES = re.compile(r"""^HARNESS_AB_SIDES\s*=\s*["']both["']""", re.MULTILINE)
+    def __init__(self, run_dir: Path, matrices: list[str], *, baselines: str | Path,
+                 arch: str, settings: Settings, rounds: int = 3, repo: Path = Path("."),
+                 runner: BenchRunner = subprocess_runner,
+                 echo: Callable[[str], None] = print,
+                 seconds: dict[str, float] | None = None) -> None:
+        self.run_dir, self.matrices, self.baselines, self.arch = run_dir, matrices, baselines, arch
+        self.settings, self.rounds, self.repo, self.runner = settings, rounds, repo, runner
+        self.echo = echo
+        self.seconds = {} if seconds is None else seconds
+        self.todo: dict[str, Pending] = {}
+        self.models: dict[str, tuple[str, str]] = {}
+        self.factor: FactorBenches | None = None
+        self.started = False
+        self.seeded = False
+        self.t_factor = 0.0
 
+    def start(self) -> Confirmation:
+        if self.started:
+            return self
+        self.started = True
+        for m in self.matrices:
+            todo, gate = pending(self.run_dir, m, self.baselines, self.arch,
+                                 self.settings, self.echo)
+            if todo is not None:
+                self.todo[m] = todo
+            if gate.models is not None:
+                self.models[m] = gate.models
+        for stale in (self.run_dir / "ab").rglob("*.time.json"):  # an earlier job's (--overwrite)
+            stale.unlink(missing_ok=True)
+        if self.models:
+            t0 = time.perf_counter()
+            self._start_factor()
+            self.t_factor = time.perf_counter() - t0
+        return self
 
-def both_sides(plugin: str, repo: Path) -> bool:
-    """Whether the plugin file (absolute, or relative to ``repo``) declares
-    ``HARNESS_AB_SIDES = "both"``; a module name, or a file without it, is a change of
-    the current side."""
-    path = Path(plugin) if Path(plugin).is_absolute() else repo / plugin
-    try:
-        return path.suffix == ".py" and bool(BOTH_SIDES.search(path.read_text()))
-    except OSError:
-        return False
+    def _foreign(self) -> dict[str, Pending]:
+        return {m: self.todo[m] for m in self.models if m in self.todo}
 
+    def _not_judged(self, exc: BaseException) -> None:
+        ref, here = next(iter(self.models.values()))
+        self.echo(f"harness job: speed on {here!r} not judged (baseline recorded on {ref!r}): "
+                  f"the baseline's commit could not be measured here: {one_line(exc)}; its "
+                  "timing rows stay TIMING_NOT_COMPARABLE")
+        for m in self.models:
+            self.todo.pop(m, None)
+        self.factor = None
 
-def current_side_plugins(runner: BenchRunner, plugins: tuple[str, ...],
-                         repo: Path = Path(".")) -> BenchRunner:
-    """``runner`` with the run's own ``--plugin`` files given to the current side (B):
-    they were part of what the run measured (a planted slowdown, an extra path), and the
-    baseline's commit was measured without them. A plugin that declares
-    ``HARNESS_AB_SIDES = "both"`` (an instrument, e.g. the test suite's fake timer) goes
-    to both sides."""
-    if not plugins:
-        return runner
-    shared = tuple(p for p in plugins if both_sides(p, repo))
-    return with_requests(
-        runner, lambda req: replace(req, plugins=plugins if req.label == "B" else shared))
+    def _start_factor(self) -> None:
+        """Plan the machine factor's benches and start them (``projection_step``); where
+        the baseline's commit cannot be measured here, one line says why and the foreign
+        matrices are dropped (their timing rows stay TIMING_NOT_COMPARABLE)."""
+        foreign, run_dir = self._foreign(), self.run_dir
+        try:
+            if dirty(self.repo):
+                raise ValueError("uncommitted changes under harness/: the measured code is "
+                                 "not a commit")
+            plugins = _plugins(run_dir, foreign)
+            plan = sample_plan({m: p.result for m, p in foreign.items()}, self.settings,
+                               row_commit, {m: p.base_commit for m, p in foreign.items()})
+            if plan:
+                self.factor = FactorBenches(
+                    plan, repo=self.repo, work_dir=run_dir / "ab" / "projection",
+                    runner=current_side_plugins(self.runner, plugins, self.repo),
+                    echo=self.echo,
+                    universe={m: [v.current for v in p.result.verdicts
+                                  if v.current is not None] for m, p in foreign.items()},
+                    bench_settings=factor_bench_settings(self.settings)).start()
+        except EXPECTED_ERRORS as exc:
+            self._not_judged(exc)
 
-
-@dataclass(frozen=True)
-class StoredGate:
-    """A matrix's gate as its bench reached it, and what the A/B needs of it."""
-
-    result: GateResult
-    base_commit: str
-    screened: set[tuple[str, str, str]]
-    partial: bool | str
-    #: another GPU model than the baseline's: (the baseline's model, this run's), else None
-    models: tuple[str, str] | None = None
-
-
-def stored_gate(run_dir: Path, matrix: str, baselines: str | Path, arch: str,
-                settings: Settings) -> StoredGate:
-    """The matrix's gate as its bench reached it (the baseline of the run's GPU model when
-    there is one, ``results.models``; stored confirmations replayed, a partial bench's
-    unmeasured baseline rows not judged), the baseline's commit, the keys the A/B screen
-    flags (``reports.ab_confirm.screen_keys``; none for another GPU model, whose timing
-    rows the projection screens) and whether the gate was partial; the run and the
-    baseline are read once."""
-    run = load_run(run_dir / f"{matrix}.csv")
-    env = run.metas[matrix].environment if matrix in run.metas else run.environment
-    base = load_for_model(baselines, arch, env.gpu_name, [matrix])
-    check = check_baseline_gate(base, env, lambda m: run_settings(run, m))
-    partial = stored_partial(run.metas)
-    result = evaluate(list(run.rows), base.rows, settings, margins=base.margins,
-                      remeasure=stored_remeasure(run.confirmations), partial=partial,
-                      current_label=run.label, baseline_label=base.label,
-                      timing_reason=check.timing_reason)
-    if check.timing_reason:
-        return StoredGate(result, base.environment.commit, set(), partial,
-                          (base.environment.gpu_name, env.gpu_name))
-    return StoredGate(result, base.environment.commit,
-                      screen_keys(list(run.rows), base.rows, settings, partial=partial), partial)
-
-
-@dataclass
-class _Pending:
-    """One matrix's rows to confirm: its stored gate, the baseline's commit, the rows;
-    for another GPU model, how it was projected (``projection_step``)."""
-
-    result: GateResult
-    base_commit: str
-    slow: list
-    partial: bool | str = False
-    projected: Projected | None = None
-
-
-def _pending(run_dir: Path, matrix: str, baselines: str | Path, arch: str, settings: Settings,
-             echo: Callable[[str], None]) -> tuple[_Pending | None, StoredGate]:
-    gate = stored_gate(run_dir, matrix, baselines, arch, settings)
-    if gate.models is not None:         # judged by the projection first (``_project``)
-        return _Pending(gate.result, gate.base_commit, [], gate.partial), gate
-    result, base_commit, screened, partial = (gate.result, gate.base_commit, gate.screened,
-                                              gate.partial)
-    failing = [v for v in result.failures if v.verdict == Verdict.SLOWER]
-    have = {v.key for v in failing}
-    slow = failing + [v for v in result.verdicts
-                      if v.key in screened and v.key not in have and v.current is not None]
-    if not slow:
-        return None, gate
-    if len(failing) < len(result.failures):
-        echo(f"harness job: A/B: {matrix} also fails on other verdicts; confirming its "
-             f"{len(failing)} SLOWER row(s) only")
-    echo(f"harness job: A/B of {matrix}: {len(failing)} SLOWER row(s), "
-         f"{len(slow) - len(failing)} more moved beyond the {settings.ab_screen:.1%} screen")
-    return _Pending(result, base_commit, slow, partial), gate
-
-
-def _project(foreign: dict[str, _Pending], models: Mapping[str, tuple[str, str]],
-             run_dir: Path, settings: Settings, repo: Path, runner: BenchRunner,
-             echo: Callable[[str], None]) -> None:
-    """Judge the matrices of another GPU model on this runner (``projection_step``): fill
-    each one's ``projected`` and the rows its screen sends to A/B; where the baseline's
-    commit cannot be measured here, one line says why and they are dropped (their timing
-    rows stay TIMING_NOT_COMPARABLE)."""
-    ref, here = next(iter(models.values()))
-    try:
-        if _dirty(repo):
-            raise ValueError("uncommitted changes under harness/: the measured code is "
-                             "not a commit")
-        plugins = tuple(dict.fromkeys(
-            str(p) for m in foreign
-            for p in read_meta(run_dir / f"{m}.json").extra.get("plugins", ()) or ()))
-        plan = sample_plan({m: p.result for m, p in foreign.items()}, settings, row_commit,
-                           {m: p.base_commit for m, p in foreign.items()})
-        measured = measure_sample(
-            plan, repo=repo, work_dir=run_dir / "ab" / "projection",
-            runner=current_side_plugins(runner, plugins, repo), echo=echo,
-            universe={m: [v.current for v in p.result.verdicts if v.current is not None]
-                      for m, p in foreign.items()},
-            bench_settings=factor_bench_settings(settings)) if plan else {}
-    except EXPECTED_ERRORS as exc:
-        echo(f"harness job: speed on {here!r} not judged (baseline recorded on {ref!r}): "
-             f"the baseline's commit could not be measured here: {one_line(exc)}; its timing "
-             "rows stay TIMING_NOT_COMPARABLE")
-        foreign.clear()
-        return
-    for m, p in foreign.items():
-        p.projected = project(p.result, m, measured, settings, reference_model=models[m][0],
-                              runner_model=models[m][1])
-        p.slow = p.projected.screened
-        echo(f"harness job: {m} on {models[m][1]!r} against the {models[m][0]!r} baseline: "
-             f"{p.projected.projection.factors_text()}; {len(p.slow)} row(s) beyond the "
-             f"{settings.ab_screen:.1%} screen go to A/B")
-
-
-def ab_confirm(
-    run_dir: Path, matrices: list[str], *, baselines: str | Path, arch: str,
-    settings: Settings, rounds: int = 3, repo: Path = Path("."),
-    runner: BenchRunner = subprocess_runner, echo: Callable[[str], None] = print,
-    seconds: dict[str, float] | None = None,
-) -> dict[str, int | None]:
-    """A/B the failing SLOWER rows and the screened rows of each of ``matrices`` in
-    ``run_dir``, each against the commit its baseline row was measured at (the row's
-    ``commit``; the baseline's own where the row has none): one ``compare`` per such
-    commit, for the rows of all matrices measured at it (one set of bench processes:
-    their start-up is most of an A/B's cost). A baseline whose rows share one commit (a
-    whole run promoted) gives one compare, as before ``--only-faster`` existed; after
-    ``harness baseline accept --only-faster`` its rows may come from several. Per matrix
-    its new exit code, or None when there was nothing to confirm or it could not be done
-    (said in one line); a matrix whose rows only partly could be measured keeps the
-    verdicts of the others.
-
-    A matrix whose baseline is another GPU model's is first projected onto this runner
-    (``_project``: the machine factor measured here), its screened rows then confirmed the
-    same way. ``seconds`` (optional) receives the wall time of each part ("machine
-    factor", "A/B")."""
-    out: dict[str, int | None] = dict.fromkeys(matrices)
-    todo: dict[str, _Pending] = {}
-    models: dict[str, tuple[str, str]] = {}
-    for m in matrices:
-        pending, gate = _pending(run_dir, m, baselines, arch, settings, echo)
-        if pending is not None:
-            todo[m] = pending
-        if gate.models is not None:
-            models[m] = gate.models
-    foreign = {m: todo[m] for m in models}
-    seconds = {} if seconds is None else seconds
-    for stale in (run_dir / "ab").rglob("*.time.json"):   # an earlier job's (--overwrite)
-        stale.unlink(missing_ok=True)
-    if foreign:
+    def _project(self) -> dict[tuple[str, Key], ResultRow]:
+        """Measure the factor, then project and screen each foreign matrix: fill its
+        ``projected`` and the rows its screen sends to A/B; the rows measured here."""
         t0 = time.perf_counter()
-        _project(foreign, models, run_dir, settings, repo, runner, echo)
-        seconds["machine factor"] = time.perf_counter() - t0
-        seconds.update(bench_timeline([run_dir / "ab" / "projection"], "machine factor"))
-        todo = {m: p for m, p in todo.items() if m not in models or m in foreign}
-    t0 = time.perf_counter()
-    groups = commit_groups(todo)
-    readings: dict[str, dict] = {}   # matrix -> key -> (its A/B reading, the base sha)
-    heads: dict[str, str] = {}
-    if groups:
+        measured: dict = {}
+        try:
+            if self.factor is not None:
+                measured = self.factor.collect()
+        except EXPECTED_ERRORS as exc:
+            self._not_judged(exc)
+        self.seconds["machine factor"] = self.t_factor + time.perf_counter() - t0
+        self.seconds.update(bench_timeline([self.run_dir / "ab" / "projection"],
+                                           "machine factor"))
+        for m, p in self._foreign().items():
+            ref, here = self.models[m]
+            p.projected = project(p.result, m, measured, self.settings, reference_model=ref,
+                                  runner_model=here)
+            p.slow = p.projected.screened
+            self.echo(f"harness job: {m} on {here!r} against the {ref!r} baseline: "
+                      f"{p.projected.projection.factors_text()}; {len(p.slow)} row(s) beyond "
+                      f"the {self.settings.ab_screen:.1%} screen go to A/B")
+        return measured
+
+    def finish(self) -> dict[str, int | None]:
+        self.start()
+        try:
+            measured = self._project() if self.models else {}
+        finally:
+            self.close()
+        out: dict[str, int | None] = dict.fromkeys(self.matrices)
+        todo, run_dir = self.todo, self.run_dir
+        t0 = time.perf_counter()
+        readings, heads = self._ab(commit_groups(todo), measured)
+        self.seconds["A/B"] = time.perf_counter() - t0
+        self.seconds.update(bench_timeline([d for d in sorted((run_dir / "ab").glob("*"))
+                                            if d.is_dir() and d.name != "projection"], "A/B"))
+        head = None
+        for m, p in todo.items():
+            if m in readings or p.projected is not None:
+                if m not in heads and head is None:
+                    head = _head(self.repo)
+                out[m] = store_readings(run_dir, m, p, readings.get(m, {}),
+                                        heads.get(m) or head or "", self.rounds, self.echo,
+                                        seeded=self.seeded)
+        return out
+
+    def _ab(self, groups: dict, measured: Mapping) -> tuple[dict[str, dict], dict[str, str]]:
+        """One compare of every group's rows against its baseline commit; per matrix its
+        readings (key -> (reading, base sha)) and the head measured."""
+        readings: dict[str, dict] = {}
+        heads: dict[str, str] = {}
+        if not groups:
+            return readings, heads
+        todo, repo, run_dir = self.todo, self.repo, self.run_dir
         members = [mv for group in groups.values() for mv in group]
         matrices_ab = list(dict.fromkeys(m for m, _ in members))
         try:
-            if _dirty(repo):
+            if dirty(repo):
                 raise ValueError("uncommitted changes under harness/: the measured code is "
                                  "not a commit")
             head = resolve_revision(repo, "HEAD")
-            shas = _reachable(repo, groups, echo)
+            shas = _reachable(repo, groups, self.echo)
             groups = {c: g for c, g in groups.items() if c in shas}
             if not groups:
                 raise ValueError("no baseline commit of these rows is in this repository")
             members = [mv for group in groups.values() for mv in group]
-            plugins = tuple(dict.fromkeys(
-                str(p) for m in matrices_ab
-                for p in read_meta(run_dir / f"{m}.json").extra.get("plugins", ()) or ()))
+            plugins = _plugins(run_dir, matrices_ab)
             universe = [v.current for m in matrices_ab for v in todo[m].result.verdicts
                         if v.current is not None]
             parts = [_part(shas[c], [v for _, v in group], universe)
                      for c, group in groups.items()] if len(groups) > 1 else []
             filt, paths, modes, _, only = selection([v.current for _, v in members], universe)
-            outcome = compare(next(iter(shas.values())), head, settings,
+            outcome = compare(next(iter(shas.values())), head, self.settings,
                               work_dir=run_dir / "ab" / "+".join(matrices_ab), repo=repo,
                               matrix=",".join(matrices_ab), filter=filt, paths=paths,
-                              rows=only, modes=modes, rounds=rounds, confirm=False,
-                              runner=current_side_plugins(runner, plugins, repo), echo=echo,
-                              a_parts=parts)
+                              rows=only, modes=modes, rounds=self.rounds, confirm=False,
+                              runner=current_side_plugins(self.runner, plugins, repo),
+                              echo=self.echo, a_parts=parts,
+                              seeds=self._seeds(members, measured))
         except EXPECTED_ERRORS as exc:
-            echo(f"harness job: A/B of {', '.join(matrices_ab)} not done, its verdicts stand: "
-                 f"{one_line(exc)}")
-        else:
-            got = {(v.row.matrix, *v.key): v for v in outcome.result.verdicts}
-            for c, group in groups.items():
-                for m, v in group:
-                    readings.setdefault(m, {})[v.key] = (
-                        _reading(m, v, got, outcome.extended), shas[c])
-                    heads[m] = head
-    seconds["A/B"] = time.perf_counter() - t0
-    seconds.update(bench_timeline([d for d in sorted((run_dir / "ab").glob("*"))
-                                   if d.is_dir() and d.name != "projection"], "A/B"))
-    head = None
-    for m, p in todo.items():
-        if m in readings or p.projected is not None:
-            if m not in heads and head is None:
-                head = _head(repo)
-            out[m] = _store(run_dir, m, p, readings.get(m, {}), heads.get(m) or head or "",
-                            rounds, echo)
-    return out
+            self.echo(f"harness job: A/B of {', '.join(matrices_ab)} not done, its verdicts "
+                      f"stand: {one_line(exc)}")
+            return readings, heads
+        got = {(v.row.matrix, *v.key): v for v in outcome.result.verdicts}
+        for c, group in groups.items():
+            for m, v in group:
+                readings.setdefault(m, {})[v.key] = (reading_of(m, v, got, outcome.extended),
+                                                     shas[c])
+                heads[m] = head
+        return readings, heads
+
+    def _seeds(self, members: list, measured: Mapping) -> dict[str, list] | None:
+        """Round 0 of both sides where every row to confirm was measured at its baseline
+        commit by the machine factor (another GPU model, ``projection_sample`` 0): side A
+        those readings, side B the job's own; else None (every round measured)."""
+        if self.rounds < 2 or not members or not all(
+                m in self.models and (m, v.key) in measured for m, v in members):
+            return None
+        self.seeded = True
+        return {"A": [measured[(m, v.key)] for m, v in members],
+                "B": [v.current for _, v in members]}
+
+    def close(self) -> None:
+        if self.factor is not None:
+            self.factor.close()
+
+    def __enter__(self) -> Confirmation:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def ab_confirm(run_dir: Path, matrices: list[str], **kw) -> dict[str, int | None]:
+    """A/B the failing SLOWER rows and the screened rows of each of ``matrices`` in
+    ``run_dir``, each against the commit its baseline row was measured at (the row's
+    ``commit``; the baseline's own where the row has none): one ``compare`` for the rows
+    of all matrices, its A side in one part per such commit (one set of bench processes:
+    their start-up is most of an A/B's cost). Per matrix its new exit code, or None when
+    there was nothing to confirm or it could not be done (said in one line); a matrix
+    whose rows only partly could be measured keeps the verdicts of the others.
+
+    A matrix whose baseline is another GPU model's is first projected onto this runner
+    (the machine factor measured here, ``projection_step``), its screened rows then
+    confirmed the same way. Keywords: ``Confirmation``'s (``baselines``, ``arch``,
+    ``settings``, ``rounds`` (3), ``repo``, ``runner``, ``echo``; ``seconds`` receives
+    the wall time of each part, "machine factor" and "A/B")."""
+    with Confirmation(run_dir, matrices, **kw) as conf:
+        return conf.start().finish()
+
+
+def _plugins(run_dir: Path, matrices) -> tuple[str, ...]:
+    """The ``--plugin`` files the run's matrices were measured with (their json's)."""
+    return tuple(dict.fromkeys(
+        str(p) for m in matrices
+        for p in read_meta(run_dir / f"{m}.json").extra.get("plugins", ()) or ()))
 
 
 def _head(repo: Path) -> str:
@@ -325,64 +310,6 @@ def _part(sha: str, rows: list[RowVerdict], universe: list) -> APart:
     """The A side's part at ``sha``: exactly ``rows`` (their baseline rows' commit)."""
     filt, paths, modes, _, only = selection([v.current for v in rows], universe)
     return APart(sha, frozenset(v.key for v in rows), filt, paths, modes, only)
-
-
-def row_commit(v: RowVerdict, fallback: str) -> str:
-    """The commit a verdict's baseline row was measured at: the row's own ``commit``, or
-    ``fallback`` (the baseline environment's) where the row has none ("" or git's null
-    id, all zeros, which synthetic rows carry)."""
-    commit = v.baseline.commit.strip() if v.baseline is not None else ""
-    return commit if commit.strip("0") else fallback
-
-
-def commit_groups(todo: Mapping[str, _Pending]) -> dict[str, list[tuple[str, RowVerdict]]]:
-    """The rows to confirm of each matrix, grouped by the commit of their baseline row
-    (``row_commit``; two spellings of one commit, e.g. 12 and 40 hex digits, are one
-    group), in the order the matrices and their rows come."""
-    groups: dict[str, list[tuple[str, RowVerdict]]] = {}
-    for m, p in todo.items():
-        for v in p.slow:
-            commit = row_commit(v, p.base_commit)
-            commit = next((c for c in groups if same_commit(c, commit)), commit)
-            groups.setdefault(commit, []).append((m, v))
-    return groups
-
-
-def _reading(matrix: str, v: RowVerdict, got: Mapping, extended: Mapping) -> tuple:
-    """(verdict, change, threshold, rounds) of ``v``'s A/B reading in ``got``."""
-    r = got.get((matrix, *v.key))
-    if r is None:
-        return Verdict.MISSING.value, float("nan"), float("nan"), 0
-    return r.verdict.value, r.time_change, r.threshold, extended.get(v.key, 0)
-
-
-def _store(run_dir: Path, matrix: str, pending: _Pending, readings: Mapping, head: str,
-           rounds: int, echo: Callable[[str], None]) -> int:
-    """Record ``matrix``'s A/B readings with the run and rewrite its gate record
-    (``readings``: key -> (verdict, change, threshold, rounds), the baseline commit it was
-    measured against). The record's baseline commit is the baseline's own (what a replay
-    checks it against, ``record_for``); a row measured against another says so."""
-    shas = [sha for _, sha in readings.values()]
-    own = next((sha for sha in shas if same_commit(sha, pending.base_commit)), None)
-    record_base = own or pending.base_commit or (shas[0] if shas else "")
-    rows = tuple(ABRow(*v.key, *readings[v.key][0],
-                       "" if readings[v.key][1] == record_base else readings[v.key][1])
-                 for v in pending.slow if v.key in readings)
-    proj = pending.projected
-    if proj is not None:       # another GPU model: the rows inside the screen, projected
-        rows += tuple(ABRow(*k, verdict, change, pending.result.settings.ab_screen,
-                            source=PROJECTED)
-                      for k, (verdict, change) in sorted(proj.readings.items()))
-    record = ABRecord(matrix, record_base, head, rounds, rows,
-                      projection=proj.projection if proj is not None else None)
-    final = apply_ab(pending.result, record)
-    csv_path = run_dir / f"{matrix}.csv"
-    meta = read_meta(csv_path.with_suffix(".json"))
-    write_meta(csv_path.with_suffix(".json"),
-               replace(meta, extra={**meta.extra, AB_KEY: record.to_dict()}))
-    write_gate_record(csv_path, final, partial=pending.partial)
-    echo(f"harness job: {final.notes[-1]}; {matrix} exit {final.exit_code}")
-    return final.exit_code
 
 
 def ab_confirm_matrix(run_dir: Path, matrix: str, **kw) -> int | None:

@@ -111,6 +111,7 @@ def compare(
     modes: Sequence[str] = (), rounds: int = 3, runner: BenchRunner = subprocess_runner,
     echo: Callable[[str], None] = print, strict_env: bool = False, confirm: bool = True,
     rows: Sequence[tuple[str, str]] = (), a_parts: Sequence[APart] = (),
+    seeds: Mapping[str, Sequence[ResultRow]] | None = None,
 ) -> CompareOutcome:
     """Gate B against A (A is the baseline side). Measured rounds land in ``work_dir/runs``.
 
@@ -126,6 +127,12 @@ def compare(
     measured at several commits, each for its own rows, every round (A's environment and
     label are the first part's); B measures all rows. One pipeline instead of one compare
     per commit: the B benches and one start-up are shared.
+    ``seeds`` ({"A": rows, "B": rows}, both sides measured revisions): readings of these
+    rows taken before the compare, on this machine, at each side's revision (``harness
+    job`` on another GPU model: side A's are the machine factor's bench at the baseline's
+    commits, side B's the job's own bench), used as round 0 of both sides: each side
+    then measures ``rounds - 1`` more rounds, and its margins and pooled medians count the
+    seed as one of its rounds.
     A stored B replays the confirmations its bench stored. ``confirm=False`` skips the
     extra round: the pooled rounds' verdicts stand (``harness job``'s A/B, where one more
     round of a path-wide regression costs ~55 s on the H200 and decides nothing new).
@@ -136,6 +143,11 @@ def compare(
     if a_parts and (not a.revision or confirm):
         raise CompareError("a compare with the A side in parts needs A a revision and "
                            "confirm=False")
+    seeds = dict(seeds or {})
+    if seeds and (set(seeds) != {"A", "B"} or not (a.revision and b.revision)
+                  or rounds < 2):
+        raise CompareError("seeded rounds need both sides measured here, a seed for each "
+                           "(A and B) and --rounds >= 2")
     measured = [s for s in (a, b) if s.revision]
     rounds_of: dict[str, list[list[ResultRow]]] = {"A": [], "B": []}
     firsts: dict[str, Run] = {}       # a measured side's first round: its environment and settings
@@ -202,9 +214,13 @@ def compare(
                 legs.append(_Leg("B", b, trees[b.revision], "B"))
             whole = (filter, tuple(paths), tuple(modes), (), tuple(rows))
             # one bench per leg per round: a bar with the ETA of the rounds left
-            progress = stack.enter_context(tqdm(total=rounds * len(legs), unit="bench",
-                                                desc="compare", dynamic_ncols=True))
-            got = measure(legs, range(rounds), lambda r: f"round{r}", lambda leg: (
+            first = 1 if seeds else 0       # round 0 of a seeded compare is its seeds
+            progress = stack.enter_context(tqdm(total=(rounds - first) * len(legs),
+                                                unit="bench", desc="compare",
+                                                dynamic_ncols=True))
+            for label, seed in seeds.items():
+                rounds_of[label].append(list(seed))
+            got = measure(legs, range(first, rounds), lambda r: f"round{r}", lambda leg: (
                 (leg.part.filter, leg.part.paths, leg.part.modes, (), leg.part.rows)
                 if leg.part else whole))
             for _, leg, run in got:
@@ -262,7 +278,9 @@ def compare(
             a_label=a.label, b_label=b.label, margins=margins, a_stored=a.run is not None,
             remeasure=remeasure, strict_env=strict_env, echo=echo,
             partial=b.run is not None and stored_partial(b.run.metas),   # as its bench gated it
-            notes=(f"noise margins from {rounds} interleaved rounds per side (A/A spread)",)
+            notes=(f"noise margins from {rounds} interleaved rounds per side (A/A spread)"
+                   + (", round 0 of each the readings taken before the A/B" if seeds
+                      else ""),)
             + ((f"{len(extended)} undecided row(s) measured in "
                 f"{rounds + settings.ab_extra_rounds} rounds, their margins the standard "
                 "error of the rounds' means",) if extended else ()))

@@ -23,6 +23,7 @@ the same-model job screens against its own model's baseline.
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -42,7 +43,7 @@ from ..reports.projection import (
 from ..reports.verdicts import GateResult, RowVerdict
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import load_run
-from .bench_runner import BenchRequest, bench_paths, bench_rows, run_pipelined
+from .bench_runner import BenchRequest, Pipeline, bench_paths, bench_rows
 from .revisions import BenchRunner, case_filter, resolve_revision, worktrees
 
 
@@ -68,6 +69,83 @@ def sample_plan(results: Mapping[str, GateResult], settings: Settings,
     return plan
 
 
+class FactorBenches:
+    """The machine factor's benches (see ``measure_sample``) in two steps: ``start()``
+    makes the worktrees and starts the first benches, which start up and wait at their
+    gates (``bench_runner.Pipeline.prime``), so ``harness job`` can run its perplexity
+    step meanwhile; ``collect()`` measures them all and returns the rows measured, by
+    (matrix, key). ``close()`` (or leaving a ``with`` block) kills what is still held and
+    removes the worktrees."""
+
+    def __init__(self, plan: Mapping[str, Sequence[tuple[str, RowVerdict]]], *, repo: Path,
+                 work_dir: Path, runner: BenchRunner,
+                 universe: Mapping[str, Sequence[ResultRow]],
+                 echo: Callable[[str], None], bench_settings: Sequence[str] = ()) -> None:
+        self.plan, self.repo, self.work_dir, self.runner = plan, repo, work_dir, runner
+        self.universe, self.echo, self.bench_settings = universe, echo, tuple(bench_settings)
+        self.stack = contextlib.ExitStack()
+        self.reqs: list[BenchRequest] = []
+        self.pipeline: Pipeline | None = None
+
+    def start(self) -> FactorBenches:
+        if self.pipeline is not None:
+            return self
+        plan, repo = self.plan, self.repo
+        try:
+            shas = {commit: resolve_revision(repo, commit) for commit in plan}
+            tmp = self.stack.enter_context(
+                tempfile.TemporaryDirectory(prefix="harness-projection-"))
+            trees = self.stack.enter_context(
+                worktrees(repo.resolve(), list(dict.fromkeys(shas.values())), Path(tmp)))
+            for commit, members in plan.items():
+                matrices = list(dict.fromkeys(m for m, _ in members))
+                rows = [v.current for _, v in members]
+                everything = [r for m in matrices for r in self.universe.get(m, ())]
+                self.reqs.append(BenchRequest(
+                    "A", shas[commit], trees[shas[commit]],
+                    self.work_dir / f"base-{commit[:12]}", ",".join(matrices), 0,
+                    case_filter(rows, universe=everything),
+                    tuple(bench_paths({v.path for _, v in members})),
+                    tuple(sorted({v.mode for _, v in members})),
+                    rows=bench_rows(v.key for _, v in members), settings=self.bench_settings))
+            self.pipeline = self.stack.enter_context(Pipeline(self.runner, self.reqs))
+            self.pipeline.prime()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def collect(self) -> dict[tuple[str, Key], ResultRow]:
+        self.start()
+        plan, reqs = self.plan, self.reqs
+        got: dict[tuple[str, Key], ResultRow] = {}
+        try:
+            self.pipeline.run(on_start=lambda i: self.echo(
+                f"harness job: machine factor: {len(plan[list(plan)[i]])} row(s) at the "
+                f"baseline's commit {reqs[i].revision[:12]} on this runner"))
+            wanted = {(m, v.key) for members in plan.values() for m, v in members}
+            for req in reqs:
+                try:
+                    run = load_run(req.out_dir)
+                except SchemaError as exc:
+                    raise CompareError(f"the bench at {req.revision[:12]} left no readable "
+                                       f"results: {exc}") from None
+                got.update({(r.matrix, r.key): r for r in run.rows
+                            if (r.matrix, r.key) in wanted})
+        finally:
+            self.close()
+        return got
+
+    def close(self) -> None:
+        self.stack.close()
+
+    def __enter__(self) -> FactorBenches:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def measure_sample(plan: Mapping[str, Sequence[tuple[str, RowVerdict]]], *, repo: Path,
                    work_dir: Path, runner: BenchRunner,
                    universe: Mapping[str, Sequence[ResultRow]],
@@ -75,35 +153,10 @@ def measure_sample(plan: Mapping[str, Sequence[tuple[str, RowVerdict]]], *, repo
                    bench_settings: Sequence[str] = ()) -> dict[tuple[str, Key], ResultRow]:
     """One bench per commit of ``plan``, of exactly its rows (graph and any other mode they
     are in), at that commit in a worktree, with ``bench_settings`` (``--set KEY=VALUE``
-    each: ``factor_bench_settings``); the rows measured, by (matrix, key)."""
-    shas = {commit: resolve_revision(repo, commit) for commit in plan}
-    got: dict[tuple[str, Key], ResultRow] = {}
-    with tempfile.TemporaryDirectory(prefix="harness-projection-") as tmp, \
-            worktrees(repo.resolve(), list(dict.fromkeys(shas.values())), Path(tmp)) as trees:
-        reqs = []
-        for commit, members in plan.items():
-            matrices = list(dict.fromkeys(m for m, _ in members))
-            rows = [v.current for _, v in members]
-            everything = [r for m in matrices for r in universe.get(m, ())]
-            reqs.append(BenchRequest(
-                "A", shas[commit], trees[shas[commit]], work_dir / f"base-{commit[:12]}",
-                ",".join(matrices), 0, case_filter(rows, universe=everything),
-                tuple(bench_paths({v.path for _, v in members})),
-                tuple(sorted({v.mode for _, v in members})),
-                rows=bench_rows(v.key for _, v in members),
-                settings=tuple(bench_settings)))
-        run_pipelined(runner, reqs, on_start=lambda i: echo(
-            f"harness job: machine factor: {len(plan[list(plan)[i]])} row(s) at the "
-            f"baseline's commit {reqs[i].revision[:12]} on this runner"))
-        wanted = {(m, v.key) for members in plan.values() for m, v in members}
-        for req in reqs:
-            try:
-                run = load_run(req.out_dir)
-            except SchemaError as exc:
-                raise CompareError(f"the bench at {req.revision[:12]} left no readable "
-                                   f"results: {exc}") from None
-            got.update({(r.matrix, r.key): r for r in run.rows if (r.matrix, r.key) in wanted})
-    return got
+    each: ``factor_bench_settings``); the rows measured, by (matrix, key)
+    (``FactorBenches`` started and collected at once)."""
+    return FactorBenches(plan, repo=repo, work_dir=work_dir, runner=runner,
+                         universe=universe, echo=echo, bench_settings=bench_settings).collect()
 
 
 def factor_bench_settings(settings: Settings) -> tuple[str, ...]:

@@ -53,7 +53,8 @@ AB_KEY = "ab_confirm"
 #: A/B verdicts that clear a stored-baseline SLOWER; any other (SLOWER, AMBIGUOUS,
 #: MISSING, ERROR, ...) leaves the row failing
 CLEARING = (Verdict.SAME.value, Verdict.FASTER.value)
-AB_RECORD_VERSION = 4   # 2: each row's threshold; 3: each row's rounds; 4: projection
+AB_RECORD_VERSION = 5   # 2: each row's threshold; 3: each row's rounds; 4: projection;
+#                         5: seeded (round 0 of each side measured before the A/B)
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,10 @@ class ABRow:
 @dataclass(frozen=True)
 class ABRecord:
     """The A/B confirmation of one matrix of a run (see the module docstring);
-    ``projection``: how a run on another GPU model than the baseline's was judged."""
+    ``projection``: how a run on another GPU model than the baseline's was judged;
+    ``seeded``: round 0 of each side was not measured by the A/B but taken from what the
+    job measured before it (the machine factor's readings at the baseline's commit, the
+    bench's own: ``engines.compare``'s ``seeds``), the other ``rounds - 1`` were."""
 
     matrix: str
     baseline_commit: str
@@ -99,6 +103,7 @@ class ABRecord:
     rows: tuple[ABRow, ...]
     version: int = AB_RECORD_VERSION
     projection: Projection | None = None
+    seeded: bool = False
 
     def to_dict(self) -> dict:
         return {"version": self.version, "matrix": self.matrix,
@@ -112,7 +117,8 @@ class ABRecord:
                                               if r.baseline_commit else {}),
                                            **({"source": r.source} if r.source else {})}
                          for r in self.rows},
-                **({"projection": self.projection.to_dict()} if self.projection else {})}
+                **({"projection": self.projection.to_dict()} if self.projection else {}),
+                **({"seeded": True} if self.seeded else {})}
 
     @classmethod
     def from_dict(cls, d: Mapping, source: str = "<ab_confirm>") -> ABRecord:
@@ -130,7 +136,7 @@ class ABRecord:
             proj = Projection.from_dict(d["projection"]) if d.get("projection") else None
             return cls(str(d["matrix"]), str(d["baseline_commit"]), str(d["current_commit"]),
                        int(d["rounds"]), tuple(rows), int(d.get("version", AB_RECORD_VERSION)),
-                       proj)
+                       proj, bool(d.get("seeded", False)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ValueError(f"{source}: malformed '{AB_KEY}' record ({exc})") from None
 
@@ -271,6 +277,9 @@ def apply_ab(result: GateResult, record: ABRecord | None) -> GateResult:
         notes += (f"{against(*(r.baseline_commit for r in record.rows if not r.source))}: "
                   f"{kept} SLOWER row(s) kept, {cleared} cleared, {found} found by the A/B "
                   "screen (docs/measurement.md §9)",)
+    if record.seeded and notes:
+        notes = (notes[0] + "; round 0 of each A/B side: the readings taken before it (the "
+                 "machine factor's at the baseline's commit, the bench's own)",) + notes[1:]
     return replace(result, verdicts=tuple(sorted(out, key=_order)), notes=result.notes + notes)
 
 

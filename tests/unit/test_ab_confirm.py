@@ -87,7 +87,9 @@ def test_a_reading_names_the_move_it_had_to_exceed_where_the_record_holds_it():
     rows = tuple(ABRow(*v.key, "SAME", 0.041, 0.066) for v in _gate().failures)
     rec = ABRecord("synthetic", "b" * 40, "c" * 40, 3, rows)
     d = rec.to_dict()
-    assert d["version"] == 4 and ABRecord.from_dict(d) == rec
+    assert d["version"] == 5 and ABRecord.from_dict(d) == rec and "seeded" not in d
+    seeded = replace(rec, seeded=True)           # round 0 of each side measured before it
+    assert seeded.to_dict()["seeded"] is True and ABRecord.from_dict(seeded.to_dict()) == seeded
     said = [r for v in apply_ab(_gate(), rec).verdicts for r in v.reasons if "A/B" in r]
     assert said and all("+4.10% (SAME, threshold 6.60%)" in r for r in said)
     # a row judged on more rounds than the record's says how many, and on what threshold
@@ -391,7 +393,7 @@ def test_two_matrices_share_one_ab_compare(tmp_path, head_speed, exit_code):
 
 # ------------------------------------------- a baseline whose rows come from two commits
 def test_rows_group_by_their_baseline_rows_commit_spelled_either_way():
-    from harness.engines.ab_step import _Pending, commit_groups, row_commit
+    from harness.engines.ab_pending import Pending, commit_groups, row_commit
 
     result = _gate()
     slow = [v for v in result.verdicts if v.path == "marlin_asym"]
@@ -400,8 +402,8 @@ def test_rows_group_by_their_baseline_rows_commit_spelled_either_way():
     # the same commit in 12 and 40 digits is one group; git's null id falls back
     other = [replace(v, baseline=replace(v.baseline, commit=c))
              for v, c in zip(slow, ("e" * 12, "0" * 40, ""), strict=False)]
-    groups = commit_groups({"a": _Pending(result, "d" * 40, slow),
-                            "b": _Pending(result, "d" * 40, other)})
+    groups = commit_groups({"a": Pending(result, "d" * 40, slow),
+                            "b": Pending(result, "d" * 40, other)})
     assert {c: sorted((m, v.key) for m, v in g) for c, g in groups.items()} == {
         "e" * 40: sorted([("a", k) for k, c in at.items() if c == "e" * 40]
                          + [("b", other[0].key)]),

@@ -18,7 +18,7 @@ import pytest
 from harness.cli import main
 from harness.commands.common import gate_against_baseline
 from harness.config import load_settings
-from harness.engines.ab_step import ab_confirm_matrix
+from harness.engines.ab_step import Confirmation, ab_confirm_matrix
 from harness.engines.revisions import BenchRequest
 from harness.reports.ab_confirm import stored_ab
 from harness.reports.gate import evaluate
@@ -350,3 +350,79 @@ def test_report_replays_each_matrix_against_its_own_baseline_commit(tmp_path, ca
     assert main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines"),
                  "--out", str(tmp_path / "rep")]) == 0
     assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
+
+
+class Pipelining(OnTheRunner):
+    """``OnTheRunner`` with ``start``/``release``/``finish``/``abort``, as the subprocess
+    runner has: what was started, released and finished, in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.events: list[tuple[str, str]] = []
+
+    def _name(self, req) -> str:
+        return f"{req.out_dir.parent.name}/{req.out_dir.name}"
+
+    def start(self, req):
+        self.events.append(("start", self._name(req)))
+        return req
+
+    def release(self, req):
+        self.events.append(("release", self._name(req)))
+
+    def finish(self, req):
+        self.events.append(("finish", self._name(req)))
+        self(req)
+
+    def abort(self, req):
+        self.events.append(("abort", self._name(req)))
+
+
+@pytest.mark.parametrize("slow, exit_code", [({}, 0), ({"fp16_cache": 1.05}, 1)])
+def test_the_factor_starts_before_the_ppl_step_and_seeds_the_ab(tmp_path, slow, exit_code):
+    """``Confirmation.start`` (before the job's ppl step) starts the factor's benches,
+    held at their gates, and measures nothing; ``finish`` measures them, then A/Bs the
+    screened rows with the factor's readings as side A's round 0 and the job's own as
+    side B's: rounds - 1 benches of each side, the record still of ``rounds`` rounds."""
+    repo, base_sha, head_sha = _repo(tmp_path, slow)
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, slow)
+    fake = Pipelining()
+    seconds: dict[str, float] = {}
+    with Confirmation(run_dir, ["synthetic"], baselines=tmp_path / "baselines", arch="sm90",
+                      settings=S, rounds=3, repo=repo, runner=fake, echo=lambda s: None,
+                      seconds=seconds) as conf:
+        conf.start()
+        assert [e for e, _ in fake.events] == ["start", "start"]   # the factor, and its shadow
+        assert fake.events[0][1] == f"projection/base-{base_sha[:12]}" and not fake.calls
+        codes = conf.finish()
+    assert codes == {"synthetic": exit_code}
+    assert {"machine factor", "A/B"} <= set(seconds)
+    ab = [c for c in fake.calls if c.out_dir.parent.name != "projection"]
+    if not slow:
+        assert not ab or len(ab) == 2 * 2       # anything screened: rounds 1 and 2, A and B
+        return
+    assert sorted((c.label, c.round) for c in ab) == [("A", 1), ("A", 2), ("B", 1), ("B", 2)]
+    rec = stored_ab(read_meta(run_dir / "synthetic.json"))
+    assert rec.rounds == 3 and rec.seeded
+    gate = read_meta(run_dir / "synthetic.json").extra["gate"]
+    assert any("round 0 of each A/B side: the readings taken before it" in n
+               for n in gate["notes"])
+    verdicts = _gated(run_dir)
+    mine = [v for k, v in verdicts.items() if k[1] == "fp16_cache"]
+    assert sum(v == "SLOWER" for v in mine) >= 0.95 * len(mine)
+    assert "SLOWER" not in {v for k, v in verdicts.items() if k[1] != "fp16_cache"}
+
+
+def test_rows_projected_by_a_class_factor_get_every_ab_round_measured(tmp_path):
+    """With ``projection_sample`` > 0 most rows have no reading at the baseline's commit:
+    no seeds, every round of both sides measured, as on the model's own baseline."""
+    slow = {"fp16_cache": 1.05}
+    repo, base_sha, head_sha = _repo(tmp_path, slow)
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, slow)
+    fake = OnTheRunner()
+    assert ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=replace(S, projection_sample=1), rounds=3,
+                             repo=repo, runner=fake, echo=lambda s: None) == 1
+    ab = [c for c in fake.calls if c.out_dir.parent.name != "projection"]
+    assert sorted({c.round for c in ab}) == [0, 1, 2]
+    assert not stored_ab(read_meta(run_dir / "synthetic.json")).seeded
