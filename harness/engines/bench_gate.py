@@ -1,5 +1,5 @@
 """A ``harness bench --plugin`` that holds the bench until a file exists: the gate of a
-pipelined A/B (``bench_runner.run_pipelined``).
+pipelined A/B (``pipeline.run_pipelined``).
 
 Plugins run after the bench has imported torch, created its CUDA context and registered
 the paths, and before it generates data or measures anything; this one waits there until

@@ -5,7 +5,7 @@
 * ``SubprocessRunner`` (the instance ``subprocess_runner``): runs it there with
   ``PYTHONPATH`` = the worktree, so each revision is measured by its own code. Called
   (``runner(req)``), one bench at a time. Its ``start`` / ``release`` / ``finish`` /
-  ``abort`` let ``run_pipelined`` start the next bench while the current one measures:
+  ``abort`` let ``pipeline.run_pipelined`` start the next bench while the current one measures:
   the next processes (``AHEAD``, two) import torch, create their CUDA contexts and load
   the paths, then wait at a gate (``bench_gate.py``, given as the first ``--plugin``:
   plugins load after the paths and before anything is measured) until the current bench
@@ -28,7 +28,7 @@
 Extension point: ``BenchRunner``, any callable taking a ``BenchRequest`` and leaving a
 result directory under ``request.out_dir``; tests pass fake ones. A runner that also has
 ``start(req) -> handle``, ``release(handle)``, ``finish(handle)`` and ``abort(handle)`` is
-pipelined by ``run_pipelined``; a plain callable is run one request after another.
+pipelined by ``pipeline.run_pipelined``; a plain callable is run one request after another.
 """
 
 from __future__ import annotations
@@ -39,7 +39,6 @@ import os
 import subprocess
 import sys
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -141,7 +140,17 @@ class SubprocessRunner:
 
     ``HARNESS_COMMIT`` is dropped from the bench's environment: the worktree is a git
     checkout, and every revision must record its own commit. A relative ``out_dir`` is
-    taken from this process's directory. The log goes beside ``out_dir``."""
+    taken from this process's directory. The log goes beside ``out_dir``.
+
+    A gated bench is done when its ``atexit`` has run (the gate plugin's ``.exit`` file)
+    and its results are on disk: ``finish`` returns then, and the pipeline releases the
+    next bench while this one's interpreter and CUDA context tear down (0.2-1.5 s a
+    bench, measured on an H100 from its results' time stamp, 2026-12-06); ``reap`` waits
+    for such processes (the pipeline calls it at its end). A bench that fails before
+    writing results is waited for and raises as before."""
+
+    def __init__(self) -> None:
+        self.exiting: list[Started] = []
 
     def __call__(self, req: BenchRequest) -> None:
         self.finish(self.start(req, gated=False))
@@ -184,16 +193,45 @@ class SubprocessRunner:
     def finish(self, s: Started) -> None:
         self.release(s)
         try:
-            rc = s.proc.wait()
+            rc = self._wait(s)
         except BaseException:                 # interrupted: the bench does not outlive us
             self.abort(s)
             raise
         self._close(s)
+        if rc is None:                        # done, its teardown left to run beside the next
+            self.exiting.append(s)
+            return
         if rc != 0 and not any(s.req.out_dir.rglob("*.csv")):
             lines = [ln for ln in s.log.read_text(errors="replace").splitlines() if ln.strip()]
             tail = lines[-1:] or ["no output"]
             raise CompareError(f"bench of {s.req.label} ({s.req.revision[:12]}) round "
                                f"{s.req.round} exited {rc}: {tail[0].strip()} (log {s.log})")
+
+    @staticmethod
+    def _wait(s: Started) -> int | None:
+        """The bench's exit code, or None once its ``atexit`` has run with results on disk
+        (a gated bench: see the class docstring)."""
+        if s.gate is None:
+            return s.proc.wait()
+        done = Path(str(s.gate) + ".exit")
+        while True:
+            rc = s.proc.poll()
+            if rc is not None:
+                return rc
+            if done.exists() and any(s.req.out_dir.rglob("*.csv")):
+                return None
+            time.sleep(0.005)
+
+    def reap(self) -> None:
+        """Wait for the benches ``finish`` let go on at their exit; each one's time record
+        gets ``reaped`` (the process's end: its teardown ran beside the next bench)."""
+        while self.exiting:
+            s = self.exiting.pop()
+            s.proc.wait()
+            record = s.log.with_name(f"{s.req.out_dir.name}.time.json")
+            with contextlib.suppress(OSError, ValueError):
+                rec = json.loads(record.read_text())
+                record.write_text(json.dumps({**rec, "reaped": time.time()}) + "\n")
 
     def abort(self, s: Started) -> None:
         s.proc.kill()
@@ -282,90 +320,3 @@ def with_requests(runner, fn: Callable[[BenchRequest], BenchRequest]):
     """``runner`` with every request passed through ``fn`` first, pipelining kept."""
     return _Mapped(runner, fn)
 
-
-#: Benches started ahead of the one measuring. A bench process takes ~5 s to start (python,
-#: torch, the CUDA context, the paths) and an A/B bench of a few rows measures for 2-4 s,
-#: so with one started ahead every such bench waited for its own start: 5.5 s per bench
-#: for 2 s of measuring in the foreign job's A/B of d1, 2026-12-05 (H100). With two ahead,
-#: one of them is still starting while a bench measures, as with one ahead.
-AHEAD = 2
-
-
-class Pipeline:
-    """``run_pipelined`` in two steps: ``prime()`` starts the first ``ahead`` benches,
-    which start up and wait at their gates, and ``run()`` measures every request in order
-    (priming first if not yet done). Between the two the caller may do other work (the
-    job's perplexity step while the machine factor's benches start up). ``abort()`` (or
-    leaving a ``with`` block) kills the benches still held; a plain callable runner is
-    run one request after another by ``run()`` and primes nothing."""
-
-    def __init__(self, runner, reqs: Sequence[BenchRequest], ahead: int = AHEAD) -> None:
-        self.runner, self.reqs, self.ahead = runner, list(reqs), max(1, ahead)
-        self.held: deque = deque()
-        self.primed = False
-
-    def _begin(self, j: int):
-        # past the last request: shadows of it, stopped at their gates, so the last benches
-        # too measure beside starting processes, as every other bench of both sides does
-        reqs = self.reqs
-        return self.runner.start(reqs[j] if j < len(reqs) else shadow(reqs[-1], j - len(reqs)))
-
-    def prime(self) -> Pipeline:
-        if not self.primed and self.reqs and hasattr(self.runner, "start"):
-            try:
-                for j in range(self.ahead):
-                    self.held.append(self._begin(j))
-            except BaseException:
-                self.abort()
-                raise
-        self.primed = True
-        return self
-
-    def run(self, on_start: Callable[[int], object] = lambda i: None,
-            on_done: Callable[[int], object] = lambda i: None) -> None:
-        runner = self.runner
-        if not hasattr(runner, "start"):
-            for i, req in enumerate(self.reqs):
-                on_start(i)
-                runner(req)
-                on_done(i)
-            return
-        try:
-            self.prime()
-            for i in range(len(self.reqs)):
-                cur = self.held.popleft()
-                on_start(i)
-                runner.release(cur)
-                self.held.append(self._begin(i + self.ahead))
-                runner.finish(cur)
-                on_done(i)
-        finally:                                  # done, or failed: the held ones go
-            self.abort()
-
-    def abort(self) -> None:
-        while self.held:
-            self.runner.abort(self.held.popleft())
-
-    def __enter__(self) -> Pipeline:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.abort()
-
-
-def run_pipelined(runner, reqs: Sequence[BenchRequest],
-                  on_start: Callable[[int], object] = lambda i: None,
-                  on_done: Callable[[int], object] = lambda i: None,
-                  ahead: int = AHEAD) -> None:
-    """Run ``reqs`` in order, one measuring at a time; with a pipelining runner the next
-    ``ahead`` benches are started (and held at their gates) while the current one
-    measures. ``on_start(i)`` runs when request i may start measuring, ``on_done(i)`` when
-    it is done. A failure kills the benches held at their gates and propagates."""
-    Pipeline(runner, reqs, ahead).run(on_start, on_done)
-
-
-def shadow(req: BenchRequest, k: int = 0) -> BenchRequest:
-    """The k-th bench that ``run_pipelined`` starts and stops at its gate after ``req``, the
-    last (it measures nothing): its log goes to ``<out_dir>.shadow[k].log``."""
-    suffix = ".shadow" + (str(k + 1) if k else "")
-    return replace(req, out_dir=req.out_dir.with_name(req.out_dir.name + suffix))

@@ -34,7 +34,8 @@ from ..reports.gate_record import stored_partial
 from ..reports.verdicts import GateResult
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run
-from .bench_runner import bench_paths, bench_rows, run_pipelined
+from .bench_runner import bench_paths, bench_rows
+from .pipeline import run_pipelined
 from .revisions import (  # noqa: F401  (BenchRequest, bench_command, GitMissing: re-exported)
     BenchRequest,
     BenchRunner,
@@ -117,7 +118,7 @@ def compare(
 
     Revisions are measured in worktrees (``rounds`` interleaved rounds, margins from
     their A/A spread, AMBIGUOUS rows re-measured in one more interleaved round; the
-    rounds' benches pipelined by ``bench_runner.run_pipelined`` when ``runner`` can:
+    rounds' benches pipelined by ``pipeline.run_pipelined`` when ``runner`` can:
     the next one starts up while one measures); then
     ``reports.comparison.compare_runs`` applies the environment policy and the gate.
     ``rows`` ((case_id, path) pairs, ``BenchRequest.rows``) limits each bench to those
@@ -155,7 +156,7 @@ def compare(
     def measure(legs: Sequence[_Leg], rounds_: Sequence[int], sub,
                 pick) -> list[tuple[str, _Leg, Run]]:
         """Interleaved rounds (A B, then B A, ...) of ``legs``, pipelined by
-        ``bench_runner.run_pipelined`` (the next bench starts up while one measures);
+        ``pipeline.run_pipelined`` (the next bench starts up while one measures);
         ``sub(r)`` names a round's folder, ``pick(leg)`` its selection (filter, paths,
         modes, rows; None: the leg has nothing to measure). Returns (round folder, leg,
         run) of every bench, in measuring order."""

@@ -43,7 +43,8 @@ from ..reports.projection import (
 from ..reports.verdicts import GateResult, RowVerdict
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import load_run
-from .bench_runner import BenchRequest, Pipeline, bench_paths, bench_rows
+from .bench_runner import BenchRequest, bench_paths, bench_rows
+from .pipeline import Pipeline
 from .revisions import BenchRunner, case_filter, resolve_revision, worktrees
 
 
@@ -72,7 +73,7 @@ def sample_plan(results: Mapping[str, GateResult], settings: Settings,
 class FactorBenches:
     """The machine factor's benches (see ``measure_sample``) in two steps: ``start()``
     makes the worktrees and starts the first benches, which start up and wait at their
-    gates (``bench_runner.Pipeline.prime``), so ``harness job`` can run its perplexity
+    gates (``pipeline.Pipeline.prime``), so ``harness job`` can run its perplexity
     step meanwhile; ``collect()`` measures them all and returns the rows measured, by
     (matrix, key). ``close()`` (or leaving a ``with`` block) kills what is still held and
     removes the worktrees."""

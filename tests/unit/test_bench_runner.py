@@ -4,6 +4,7 @@ the gate plugin waits for its file, and gives up in one line."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,12 +18,11 @@ from harness.engines.bench_runner import (
     GATE_ENV,
     GATE_PLUGIN,
     BenchRequest,
-    Pipeline,
     SubprocessRunner,
     bench_timeline,
-    run_pipelined,
     with_requests,
 )
+from harness.engines.pipeline import Pipeline, run_pipelined
 from harness.errors import CompareError
 
 
@@ -200,13 +200,17 @@ def test_without_the_variable_the_gate_plugin_does_nothing():
 
 
 def _fake_bench(monkeypatch, start_s: float, measure_s: float, exit_s: float = 0.0) -> None:
-    """Benches that take ``start_s`` to reach the gate plugin, ``measure_s`` after it and
-    ``exit_s`` to exit after their ``atexit`` (registered first, so it runs after the gate
-    plugin's: a teardown after the results are written)."""
-    code = (f"import atexit, runpy, time; atexit.register(time.sleep, {exit_s}); "
-            f"time.sleep({start_s}); runpy.run_path({str(GATE_PLUGIN)!r}); "
-            f"time.sleep({measure_s})")
-    monkeypatch.setattr(bench_runner, "bench_command", lambda req: [sys.executable, "-c", code])
+    """Benches that take ``start_s`` to reach the gate plugin, ``measure_s`` after it (then
+    write a results file into their ``out_dir``) and ``exit_s`` to exit after their
+    ``atexit`` (registered first, so it runs after the gate plugin's: a teardown after the
+    results are written)."""
+    def command(req):
+        out = req.out_dir.resolve() / "results.csv"
+        code = (f"import atexit, pathlib, runpy, time; atexit.register(time.sleep, {exit_s}); "
+                f"time.sleep({start_s}); runpy.run_path({str(GATE_PLUGIN)!r}); "
+                f"time.sleep({measure_s}); pathlib.Path({str(out)!r}).write_text('x')")
+        return [sys.executable, "-c", code]
+    monkeypatch.setattr(bench_runner, "bench_command", command)
 
 
 def test_each_bench_leaves_its_start_up_and_measuring_times(monkeypatch, tmp_path):
@@ -220,11 +224,26 @@ def test_each_bench_leaves_its_start_up_and_measuring_times(monkeypatch, tmp_pat
     # started with it, was at its gate when the first had measured; shadows leave no record
     assert 0.8 - 0.05 < got["A/B: start-up wait"] < 6.0, got
     assert 0.8 - 0.05 < got["A/B: measuring"] < 0.8 + 3.0, got
-    # each bench's teardown after its atexit (0.3 s) is its own part, not measuring
-    assert 0.6 - 0.05 < got["A/B: exit"] < 0.6 + 2.0, got
-    assert len(list((tmp_path / "ab").glob("*.time.json"))) == 2
+    # each bench's teardown after its atexit (0.3 s) runs beside the next bench: the
+    # pipeline moved on when the results were written, and reaped the process at its end
+    assert got["A/B: exit"] < 0.3, got
+    records = [json.loads(f.read_text()) for f in (tmp_path / "ab").glob("*.time.json")]
+    assert all(r["reaped"] - r["exiting"] > 0.3 - 0.05 for r in records), records
+    assert all(r["ended"] - r["exiting"] < 0.25 for r in records), records
+    assert not runner.exiting
     assert not list((tmp_path / "ab").glob("*.ready"))          # the runner removed them
     assert not list((tmp_path / "ab").glob("*.exit"))
+
+
+def test_a_bench_that_fails_before_its_results_is_waited_for_and_raises(monkeypatch, tmp_path):
+    """The early release needs results on disk: a bench that exits at its atexit without
+    any (a crash) is waited for, and its exit code and last line raise as before."""
+    code = (f"import runpy, sys; runpy.run_path({str(GATE_PLUGIN)!r}); "
+            "sys.exit('harness bench: error: no such matrix')")
+    monkeypatch.setattr(bench_runner, "bench_command", lambda req: [sys.executable, "-c", code])
+    req = BenchRequest("A", "rev0", tmp_path, tmp_path / "ab" / "r0", "smoke", 0)
+    with pytest.raises(CompareError, match="exited 1: harness bench: error: no such matrix"):
+        run_pipelined(SubprocessRunner(), [req])
 
 
 def test_no_records_no_parts(tmp_path):
