@@ -27,11 +27,12 @@ from speed_repos import git, speed_repo
 from harness.config import load_settings
 from harness.engines.bench_runner import BenchRequest
 from harness.engines.compare import compare
+from harness.errors import CompareError
 from harness.reports.stats import mean_difference_margins
 from harness.reports.synthetic import make_rows, resample
 from harness.reports.verdicts import Verdict
 from harness.results.environment import Environment
-from harness.results.store import RunMeta, write_run
+from harness.results.store import RunMeta, load_run, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
 S = load_settings("default")
@@ -210,3 +211,32 @@ def test_a_side_in_parts_gets_its_extra_rounds_where_the_undecided_row_is(repo, 
     assert {r.key for r in out.a_rows if r.status == "ok"} == {r.key for r in gated}
     others = [v for v in out.result.verdicts if v.key != NOISY and v.current is not None]
     assert {v.verdict for v in others} == {Verdict.SAME}
+
+
+def test_a_seeded_compare_counts_its_seeds_as_round_0_of_each_side(repo, tmp_path):
+    """Readings taken before the compare (the job's on another GPU model: the machine
+    factor's, the bench's own) are round 0: rounds 1 and 2 measured, the pooled rows and
+    the margins over all three; a seed that is not a slowdown cannot hide one measured in
+    the other rounds, and a bad seed request is one line."""
+    _head(repo, "1.10")
+    seed_a = resample(BASE, seed=91, noise=0.002)
+    seed_b = resample(BASE, seed=92, noise=0.002, factor={NOISY: 1.10})
+    fake = NoisyBench()
+    out = compare("HEAD~1", "HEAD", S, work_dir=tmp_path / "cmp", repo=repo,
+                  matrix="synthetic", rounds=3, runner=fake, confirm=False,
+                  echo=lambda s: None, seeds={"A": seed_a, "B": seed_b})
+    assert sorted((c.label, c.out_dir.parent.name) for c in fake.calls) == [
+        ("A", "round1"), ("A", "round2"), ("B", "round1"), ("B", "round2")]
+    noisy = next(v for v in out.result.verdicts if v.key == NOISY)
+    assert noisy.verdict == Verdict.SLOWER and noisy.time_change > 0.07
+    pooled = next(r for r in out.b_rows if r.key == NOISY)
+    measured = sum(r.n_samples for c in fake.calls if c.label == "B"
+                   for r in load_run(c.out_dir).rows if r.key == NOISY)
+    assert pooled.n_samples == measured + next(r.n_samples for r in seed_b if r.key == NOISY)
+    assert any("round 0 of each the readings taken before the A/B" in n
+               for n in out.result.notes)
+    for bad in ({"A": seed_a}, {"A": seed_a, "B": seed_b, "C": seed_b}):
+        with pytest.raises(CompareError, match="seeded rounds need both sides"):
+            compare("HEAD~1", "HEAD", S, work_dir=tmp_path / "bad", repo=repo,
+                    matrix="synthetic", rounds=3, runner=fake, confirm=False,
+                    echo=lambda s: None, seeds=bad)
