@@ -311,6 +311,8 @@ class _Mapped:
         if hasattr(runner, "start"):          # pipelining only where the runner has it
             self.start = lambda req: runner.start(fn(req))
             self.release, self.finish, self.abort = runner.release, runner.finish, runner.abort
+        if hasattr(runner, "reap"):           # and the wait for benches let go at their exit
+            self.reap = runner.reap
 
     def __call__(self, req: BenchRequest) -> None:
         self.runner(self.fn(req))

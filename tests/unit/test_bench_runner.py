@@ -231,6 +231,12 @@ def test_each_bench_leaves_its_start_up_and_measuring_times(monkeypatch, tmp_pat
     assert all(r["reaped"] - r["exiting"] > 0.3 - 0.05 for r in records), records
     assert all(r["ended"] - r["exiting"] < 0.25 for r in records), records
     assert not runner.exiting
+    # a mapped runner (the job's A/B gives its plugins to one side this way) reaps too
+    mapped = with_requests(runner, lambda req: req)
+    run_pipelined(mapped, [BenchRequest("A", "rev9", tmp_path, tmp_path / "m" / "r9", "smoke",
+                                        0, rows=(("c", "p"),))])
+    assert not runner.exiting
+    assert "reaped" in json.loads((tmp_path / "m" / "r9.time.json").read_text())
     assert not list((tmp_path / "ab").glob("*.ready"))          # the runner removed them
     assert not list((tmp_path / "ab").glob("*.exit"))
 
