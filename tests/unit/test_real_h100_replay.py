@@ -1,6 +1,6 @@
 """Every job of the H100 device calls committed under docs/data (the ninth session's
 d1-d3, the tenth's e1-e2, the eleventh's f1, the twelfth's g1, the thirteenth's h1;
-docs/measurement.md §9.8-9.13, §16.4-16.7)
+docs/measurement.md §9.8-9.13, §16.4-16.7) and of the fourteenth's H200 call k1 (§9.14)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
@@ -21,6 +21,7 @@ E1, E2 = "e1/{}/07769aef7973/sm90", "e2/{}/5d57ec3cbb60/sm90"
 F1 = "f1/{}/82ffd795e41b/sm90"
 G1 = "g1/{}/82ffd795e41b/sm90"
 H1, H1B = "h1/{}/82ffd795e41b/sm90", "h1/{}/a774eb468413/sm90"
+K1 = "k1/{}/ac2af219046d/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -46,6 +47,11 @@ ARCHIVES = {
         H1.format("aa"): (False, False, 0, 380), H1.format("plantedjob"): (False, True, 1, 280),
         H1B.format("foreign"): (True, False, 0, 380), H1B.format("aa2"): (False, False, 0, 380),
         "h1/regressforeign/37385686142c/sm90": (True, False, 1, 380)}),
+    # the fourteenth session's H200 (the reference model: its own baseline)
+    "h200-2026-12-06-k.tar.gz": ("h200-2026-12-06-k", {
+        K1.format("aa"): (False, False, 0, 380), K1.format("aa2"): (False, False, 0, 380),
+        K1.format("plantedjob3"): (False, True, 1, 280),
+        K1.format("plantedjob"): (False, True, 1, 280)}),
 }
 
 
