@@ -129,12 +129,12 @@ def test_a_cpu_job_with_informational_slower_rows_passes(tmp_path, monkeypatch):
     from harness.commands import job as job_command
     asked: list[tuple[str, object]] = []
 
-    def ab(run_dir, matrices, **kw):    # the job's A/B step runs on a passing matrix too
-        got = real_ab(run_dir, matrices, **kw)
-        asked.extend(got.items())
-        return got
-    real_ab = job_command.ab_confirm
-    monkeypatch.setattr(job_command, "ab_confirm", ab)
+    class Recorded(job_command.Confirmation):  # the job's A/B runs on a passing matrix too
+        def finish(self):
+            got = super().finish()
+            asked.extend(got.items())
+            return got
+    monkeypatch.setattr(job_command, "Confirmation", Recorded)
     try:
         code = main(["job", "--cpu", "--out", str(tmp_path / "r2"), "--baselines", str(bl),
                      "--no-progress", "--steps", "gemm", "--plugin", plugin,
