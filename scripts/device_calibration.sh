@@ -15,7 +15,9 @@
 #           regressforeign: the same commit judged against the reference model's baseline
 #           alone (as "foreign"), under regressforeign/ (either or both may be named)
 #   foreign `nox -s bench-sm90` against baselines/ without models/ (a GPU model with a
-#           baseline of its own judged as one without: issue 36), results under foreign/
+#           baseline of its own judged as one without: issue 36), results under foreign/;
+#           REFMODEL=<slug>: against that model's folder made the arch's own instead (an
+#           H200 judged against the H100's rows)
 #   job2    a second process of the job on the same machine, results under aa2/
 #   nox2    `nox -s bench-sm90` again on the same machine (a runner that has run it before:
 #           builds and case data cached), results under aa2/
@@ -143,8 +145,18 @@ fi
 # (baselines/<arch>/models/<model>/), the job as a runner of a model without one runs it
 # (machine factor + A/B against the baseline's commit), results under foreign/; with
 # "regress" named too, the regression commit is judged that way as well (regressforeign/)
+# REFMODEL=<slug> (e.g. nvidia-h100-80gb-hbm3): the "reference" is that model's baseline
+# folder made the arch's own, so a GPU of the reference model (an H200) runs the foreign
+# job against another model's rows (an H100's): issue 36 where no H100 is lent
 refroot=/tmp/baselines-reference-$tag
-rm -rf "$refroot" && cp -r baselines "$refroot" && rm -rf "$refroot"/*/models
+rm -rf "$refroot" && cp -r baselines "$refroot"
+if [ -n "${REFMODEL:-}" ]; then
+  for a in "$refroot"/*/; do
+    [ -d "$a/models/$REFMODEL" ] || continue
+    rm -f "$a"/*.csv "$a"/*.json && cp "$a/models/$REFMODEL"/* "$a"/
+  done
+fi
+rm -rf "$refroot"/*/models
 [[ $steps == *" foreign "* ]] && step foreign python3 -m nox -s bench-sm90 -- --out "$res/foreign" \
   --baselines "$refroot" --no-progress ${NOX_ARGS:-} && tail -14 "$logs/$tag-foreign.log"
 # regress (issue 36): a real regression committed on top of the clone (needs FROM_BUNDLE):
