@@ -207,14 +207,15 @@ class SubprocessRunner:
             raise CompareError(f"bench of {s.req.label} ({s.req.revision[:12]}) round "
                                f"{s.req.round} exited {rc}: {tail[0].strip()} (log {s.log})")
 
-    @staticmethod
-    def _wait(s: Started) -> int | None:
+    def _wait(self, s: Started) -> int | None:
         """The bench's exit code, or None once its ``atexit`` has run with results on disk
-        (a gated bench: see the class docstring)."""
+        (a gated bench: see the class docstring). Meanwhile the benches still exiting are
+        reaped as they end, so each one's ``reaped`` is its process's end."""
         if s.gate is None:
             return s.proc.wait()
         done = Path(str(s.gate) + ".exit")
         while True:
+            self._reap_ended()
             rc = s.proc.poll()
             if rc is not None:
                 return rc
@@ -222,16 +223,18 @@ class SubprocessRunner:
                 return None
             time.sleep(0.005)
 
+    def _reap_ended(self) -> None:
+        for s in [s for s in self.exiting if s.proc.poll() is not None]:
+            self.exiting.remove(s)
+            _reaped(s)
+
     def reap(self) -> None:
         """Wait for the benches ``finish`` let go on at their exit; each one's time record
         gets ``reaped`` (the process's end: its teardown ran beside the next bench)."""
         while self.exiting:
-            s = self.exiting.pop()
+            s = self.exiting.pop(0)
             s.proc.wait()
-            record = s.log.with_name(f"{s.req.out_dir.name}.time.json")
-            with contextlib.suppress(OSError, ValueError):
-                rec = json.loads(record.read_text())
-                record.write_text(json.dumps({**rec, "reaped": time.time()}) + "\n")
+            _reaped(s)
 
     def abort(self, s: Started) -> None:
         s.proc.kill()
@@ -253,6 +256,14 @@ class SubprocessRunner:
             with contextlib.suppress(OSError):
                 s.log.with_name(f"{s.req.out_dir.name}.time.json").write_text(
                     json.dumps(record) + "\n")
+
+
+def _reaped(s: Started) -> None:
+    """Add the time now, the end of ``s``'s process, to its time record as ``reaped``."""
+    record = s.log.with_name(f"{s.req.out_dir.name}.time.json")
+    with contextlib.suppress(OSError, ValueError):
+        rec = json.loads(record.read_text())
+        record.write_text(json.dumps({**rec, "reaped": time.time()}) + "\n")
 
 
 def _stamp(path: Path) -> float | None:
