@@ -1,6 +1,7 @@
 """Every job of the H100 device calls committed under docs/data (the ninth session's
 d1-d3, the tenth's e1-e2, the eleventh's f1, the twelfth's g1, the thirteenth's h1;
 docs/measurement.md §9.8-9.13, §16.4-16.7) and of the fourteenth's H200 call k1 (§9.14)
+and H100 call m1 (§16.8)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
@@ -22,6 +23,7 @@ F1 = "f1/{}/82ffd795e41b/sm90"
 G1 = "g1/{}/82ffd795e41b/sm90"
 H1, H1B = "h1/{}/82ffd795e41b/sm90", "h1/{}/a774eb468413/sm90"
 K1 = "k1/{}/ac2af219046d/sm90"
+M1 = "m1/{}/d1be0af4ca56/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -52,6 +54,10 @@ ARCHIVES = {
         K1.format("aa"): (False, False, 0, 380), K1.format("aa2"): (False, False, 0, 380),
         K1.format("plantedjob3"): (False, True, 1, 280),
         K1.format("plantedjob"): (False, True, 1, 280)}),
+    # the fourteenth session's H100: same-model jobs against the H100's own rows
+    "h100-2026-12-06-m.tar.gz": ("h100-2026-12-06-m", {
+        M1.format("aa2"): (False, False, 0, 380), M1.format("aa3"): (False, False, 0, 380),
+        "m1/regress/8ec9df0a2513/sm90": (False, False, 1, 380)}),
 }
 
 

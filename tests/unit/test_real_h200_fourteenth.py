@@ -75,3 +75,30 @@ def _plan_rows(plans: dict) -> list[dict]:
         m, n, k = (int(x) for x in key.split("@")[0].split("x"))
         out.append({"M": m, "N": n, "K": k, **plan})
     return out
+
+
+# ------------------------------------------------------------- m1: the H100 of §16.8
+M1 = "m1/{}/d1be0af4ca56/sm90"
+REGRESS = "m1/regress/8ec9df0a2513/sm90"
+h100 = archive_fixture("h100-2026-12-06-m.tar.gz", "h100-2026-12-06-m")
+
+
+def test_m1_is_one_h100_judged_against_its_own_rows(h100):
+    for run in (M1.format("aa2"), M1.format("aa3"), REGRESS):
+        env = h100(run, "production.json")["environment"]
+        assert env["gpu_uuid"] == "1f53731e-226f-fca5-111a-25191d6b3bbc", run
+        assert "machine factor" not in h100(run, "job.json")["seconds"], run   # no projection
+
+
+def test_m1_same_model_jobs_and_the_regression_on_top(h100):
+    aa2, aa3, regress = (h100(r, "job.json") for r in
+                         (M1.format("aa2"), M1.format("aa3"), REGRESS))
+    assert aa2["exit_code"] == aa3["exit_code"] == 0
+    assert (round(aa2["seconds"]["total"]), round(aa2["seconds"]["A/B"])) == (70, 0)
+    assert (round(aa3["seconds"]["total"]), round(aa3["seconds"]["A/B"])) == (80, 14)
+    assert regress["exit_code"] == 1 and round(regress["seconds"]["total"]) == 137
+    for matrix, n in (("production", 56), ("swiglu", 14)):
+        gate = h100(REGRESS, f"{matrix}.json")["gate"]
+        slower = {k for k, v in gate["verdicts"].items() if v == "SLOWER"}
+        assert len(slower) == n and {k.split("|")[1] for k in slower} == {"fp16_cache"}
+        assert all(k.endswith("|graph") for k in slower)
