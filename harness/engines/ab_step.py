@@ -26,7 +26,13 @@ must be a commit). When either is missing, the verdicts stand and one line says 
 
 The run's ``--plugin`` files (its json's ``plugins``) are given to the current side only:
 what the run measured, planted slowdowns included, is what A/B measures on that side. A
-plugin file declaring ``HARNESS_AB_SIDES = "both"`` (an instrument) goes to both sides.
+plugin file declaring ``HARNESS_AB_SIDES = "both"`` (an instrument) goes to both sides
+(``ab_plugins``). The rows to confirm and the records stored are ``ab_pending``'s.
+
+Two steps (``Confirmation``): ``start`` reads the gates and, on a GPU model whose
+baseline is another model's, starts the machine factor's benches (``projection_step``);
+``finish`` measures, screens, A/Bs and stores. ``harness job`` runs its perplexity step
+between the two; ``ab_confirm`` does both at once.
 
 Extension point: ``runner`` (a ``revisions.BenchRunner``) measures one revision's bench;
 tests pass a fake one.
