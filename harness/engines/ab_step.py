@@ -245,11 +245,14 @@ class Confirmation:
 
     def _seeds(self, members: list, measured: Mapping) -> dict[str, list] | None:
         """Round 0 of both sides where every row to confirm was measured at its baseline
-        commit by the machine factor (another GPU model, ``projection_sample`` 0): side A
-        those readings, side B the job's own; else None (every round measured)."""
+        commit by the machine factor (another GPU model, ``projection_sample`` 0), and
+        measured there and in the job's bench without error: side A those readings, side
+        B the job's own; else None (every round measured)."""
         if self.rounds < 2 or not members or not all(
-                m in self.models and (m, v.key) in measured for m, v in members):
-            return None
+                m in self.models and (m, v.key) in measured
+                and measured[(m, v.key)].status == "ok" and v.current.status == "ok"
+                for m, v in members):
+            return None       # a reading that failed is no round: every round measured
         self.seeded = True
         return {"A": [measured[(m, v.key)] for m, v in members],
                 "B": [v.current for _, v in members]}

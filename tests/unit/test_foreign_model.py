@@ -34,7 +34,7 @@ from harness.reports.synthetic import make_rows, resample
 from harness.reports.verdicts import Verdict
 from harness.results.environment import Environment
 from harness.results.models import matrix_dir, model_slug, target_dir
-from harness.results.store import RunMeta, read_meta, write_run
+from harness.results.store import RunMeta, load_run, read_meta, write_run
 
 S = load_settings("default")
 REF, HERE = "synthetic H200", "synthetic H100"
@@ -425,4 +425,35 @@ def test_rows_projected_by_a_class_factor_get_every_ab_round_measured(tmp_path):
                              repo=repo, runner=fake, echo=lambda s: None) == 1
     ab = [c for c in fake.calls if c.out_dir.parent.name != "projection"]
     assert sorted({c.round for c in ab}) == [0, 1, 2]
+    assert not stored_ab(read_meta(run_dir / "synthetic.json")).seeded
+
+
+class OneFactorRowFails(OnTheRunner):
+    """``OnTheRunner`` whose factor bench records one fp16_cache graph row as an error."""
+
+    def __call__(self, req: BenchRequest) -> None:
+        super().__call__(req)
+        if req.out_dir.parent.name != "projection":
+            return
+        folder = req.out_dir / req.revision[:12] / "sm90"
+        rows = list(load_run(folder).rows)
+        bad = next(i for i, r in enumerate(rows) if r.path == "fp16_cache" and r.mode == "graph")
+        rows[bad] = replace(rows[bad], status="error", error="planted", samples_us="",
+                            n_samples=0)
+        env = Environment(arch="sm90", gpu_name=HERE, commit=req.revision[:12])
+        write_run(folder, rows, RunMeta(matrix="synthetic", commit=req.revision[:12],
+                                        arch="sm90", environment=env))
+
+
+def test_a_factor_reading_that_failed_is_no_round_0(tmp_path):
+    """A screened row whose reading at the baseline's commit failed: no seeds at all, every
+    A/B round of both sides measured (a failed reading pooled in would fail the row)."""
+    slow = {"fp16_cache": 1.05}
+    repo, base_sha, head_sha = _repo(tmp_path, slow)
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, slow)
+    fake = OneFactorRowFails()
+    ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines", arch="sm90",
+                      settings=S, rounds=3, repo=repo, runner=fake, echo=lambda s: None)
+    ab = [c for c in fake.calls if c.out_dir.parent.name != "projection"]
+    assert ab and sorted({c.round for c in ab}) == [0, 1, 2]     # the 5% path went to A/B
     assert not stored_ab(read_meta(run_dir / "synthetic.json")).seeded
