@@ -270,8 +270,8 @@ def run(args: argparse.Namespace) -> int:
                             settings=settings_from_args(args), rounds=args.ab_rounds,
                             seconds=ab_parts)
     with conf or contextlib.nullcontext():
-        if conf is not None:
-            _confirming(conf.start)
+        if conf is not None and not _confirming(conf.start):
+            conf = None                    # said why in one line; the verdicts stand
         for step, matrix in steps:
             if step not in PPL_STEPS or step not in wanted:
                 continue
@@ -360,13 +360,15 @@ def _prebuild(args, matrices: list[str],
                           Path(tempfile.mkdtemp(prefix="harness-prebuild-")))
 
 
-def _confirming(step) -> None:
+def _confirming(step) -> bool:
     """Run a step of the A/B confirmation; an expected error (an unreadable stored run or
-    baseline) leaves the verdicts as they stand, in one line."""
+    baseline) leaves the verdicts as they stand, in one line (False)."""
     try:
         step()
     except EXPECTED_ERRORS as exc:
         print(f"harness job: A/B not done, the verdicts stand: {one_line(exc)}")
+        return False
+    return True
 
 
 def _run_dir(args, commit: str) -> Path | None:

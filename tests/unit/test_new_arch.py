@@ -188,3 +188,44 @@ def test_the_real_model_step_is_asked_for_by_name_and_gated_as_a_ppl_step(tmp_pa
     assert [is_ppl(r) for r in rows] == [False, True, True]
     timing = job_timing(rows, {}, 50.0, None)
     assert timing["bench (smoke)"] == 3.0 and timing["ppl (smollm2)"] == 40.0
+
+
+def test_an_ab_that_cannot_start_is_not_finished_and_the_ppl_step_still_runs(
+        tmp_path, monkeypatch, capsys):
+    """The job starts its A/B before the ppl step (on another GPU model the factor's
+    benches start up meanwhile); when that start fails on an expected error (an unreadable
+    stored run), one line says so, the ppl step runs, and the A/B is not finished on what
+    it could read."""
+    from harness.commands import job as job_command
+    from harness.measure.envinfo import git_commit
+
+    argvs: list[list[str]] = []
+
+    def step(argv):
+        argvs.append(argv)
+        if argv[0] == "bench":                 # the run's folder, as a bench leaves it
+            (tmp_path / "r" / git_commit() / "cpu").mkdir(parents=True, exist_ok=True)
+        return 0, ""
+    calls: list[str] = []
+
+    class CannotStart:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def start(self):
+            raise ValueError("smoke.csv: not a results file")
+
+        def finish(self):
+            calls.append("finish")
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            calls.append("closed")
+    monkeypatch.setattr(job_command, "_run_step", step)
+    monkeypatch.setattr(job_command, "Confirmation", CannotStart)
+    main(["job", "--cpu", "--out", str(tmp_path / "r"), "--no-progress"])
+    out = capsys.readouterr().out
+    assert "harness job: A/B not done, the verdicts stand: smoke.csv: not a results file" in out
+    assert calls == ["closed"] and [a[0] for a in argvs] == ["bench", "ppl"]
