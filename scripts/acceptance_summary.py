@@ -36,7 +36,9 @@ def summarize(run_dir: Path, plant: str | None, mode: str, by_path: bool = False
         ab = (meta.get("extra") or meta).get("ab_confirm")
         if ab:
             got = Counter(v["verdict"] for v in ab["rows"].values())
-            line += f"; A/B ({ab['rounds']} rounds vs {ab['baseline_commit'][:12]}): {dict(got)}"
+            seeded = ", round 0 from the factor and the bench" if ab.get("seeded") else ""
+            line += (f"; A/B ({ab['rounds']} rounds{seeded} vs {ab['baseline_commit'][:12]}): "
+                     f"{dict(got)}")
             more = {k: v for k, v in ab["rows"].items() if v.get("rounds")}
             if more:    # undecided after the first rounds, judged on more (record version 3)
                 line += "; extra rounds: " + ", ".join(
