@@ -151,6 +151,10 @@ fi
 refroot=/tmp/baselines-reference-$tag
 rm -rf "$refroot" && cp -r baselines "$refroot"
 if [ -n "${REFMODEL:-}" ]; then
+  here=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 \
+    | tr '[:upper:]' '[:lower:]' | sed 's/[^a-z0-9]\+/-/g; s/^-//; s/-$//')
+  [ "$here" = "$REFMODEL" ] && echo "REFMODEL=$REFMODEL is this GPU's own model: the" \
+    "foreign steps are same-model jobs here (m1 of 2026-12-06)" | tee -a "$out/$tag-times.txt"
   for a in "$refroot"/*/; do
     [ -d "$a/models/$REFMODEL" ] || continue
     rm -f "$a"/*.csv "$a"/*.json && cp "$a/models/$REFMODEL"/* "$a"/
