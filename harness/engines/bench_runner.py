@@ -221,7 +221,7 @@ class SubprocessRunner:
                 return rc
             if done.exists() and any(s.req.out_dir.rglob("*.csv")):
                 return None
-            time.sleep(0.005)
+            time.sleep(0.01)          # the gate plugin's own poll: a stat and a waitpid
 
     def _reap_ended(self) -> None:
         for s in [s for s in self.exiting if s.proc.poll() is not None]:

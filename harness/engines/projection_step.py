@@ -71,7 +71,9 @@ def sample_plan(results: Mapping[str, GateResult], settings: Settings,
 
 
 class FactorBenches:
-    """The machine factor's benches (see ``measure_sample``) in two steps: ``start()``
+    """The machine factor's benches: one per commit of ``plan``, of exactly its rows (graph
+    and any other mode they are in), at that commit in a worktree, with ``bench_settings``
+    (``--set KEY=VALUE`` each: ``factor_bench_settings``). Two steps: ``start()``
     makes the worktrees and starts the first benches, which start up and wait at their
     gates (``pipeline.Pipeline.prime``), so ``harness job`` can run its perplexity
     step meanwhile; ``collect()`` measures them all and returns the rows measured, by
@@ -145,19 +147,6 @@ class FactorBenches:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def measure_sample(plan: Mapping[str, Sequence[tuple[str, RowVerdict]]], *, repo: Path,
-                   work_dir: Path, runner: BenchRunner,
-                   universe: Mapping[str, Sequence[ResultRow]],
-                   echo: Callable[[str], None],
-                   bench_settings: Sequence[str] = ()) -> dict[tuple[str, Key], ResultRow]:
-    """One bench per commit of ``plan``, of exactly its rows (graph and any other mode they
-    are in), at that commit in a worktree, with ``bench_settings`` (``--set KEY=VALUE``
-    each: ``factor_bench_settings``); the rows measured, by (matrix, key)
-    (``FactorBenches`` started and collected at once)."""
-    return FactorBenches(plan, repo=repo, work_dir=work_dir, runner=runner,
-                         universe=universe, echo=echo, bench_settings=bench_settings).collect()
 
 
 def factor_bench_settings(settings: Settings) -> tuple[str, ...]:
