@@ -40,8 +40,7 @@ DEFAULT_PRESET_NAME = "default"
 #: older pyproject tables that carry them still load, values ignored; ``--set`` refuses them.
 RETIRED: frozenset[str] = frozenset({"ulp_tolerance", "ulp_rel_tolerance"})
 
-#: The keys ``[tool.harness]`` itself may hold.
-TABLE_KEYS: tuple[str, ...] = ("preset", "presets")
+TABLE_KEYS: tuple[str, ...] = ("preset", "presets")   #: the keys ``[tool.harness]`` may hold
 
 
 def _setting(default: float, doc: str, *, low: float = 0.0, high: float = math.inf,
@@ -85,6 +84,9 @@ class Settings:
         4, "A/B: more rounds of a row the first leave undecided (SAME or AMBIGUOUS, moved "
         "beyond ab_screen), judged on the standard error of the rounds' means", high=32,
         stored_default=0)
+    ab_undecided_se: float = _setting(2.0, "A/B: ... and of a row whose change is within this "
+                                      "many standard errors of min_effect (0: off)", high=10.0,
+                                      stored_default=0.0)
     projection_sample: int = _setting(
         0, "another GPU model: rows per class (path, mode, M bucket) measured here at the "
         "baseline's commit for the machine factor; 0: every gated row", low=0, high=10000,

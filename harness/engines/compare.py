@@ -244,12 +244,13 @@ def compare(
             first = compare_runs(a_rows, b_rows, run_a, run_b, settings, a_label=a.label,
                                  b_label=b.label, margins=margins, strict_env=strict_env,
                                  echo=lambda line: None)
-            keys = undecided(first, settings)
+            keys = undecided(first, settings, rounds_of["A"], rounds_of["B"])
             if keys:
                 wanted, more = set(keys), range(rounds, rounds + settings.ab_extra_rounds)
                 echo(f"compare: {len(keys)} undecided row(s) (moved beyond "
-                     f"{settings.ab_screen:.1%}, not confirmed): {len(more)} more round(s) "
-                     "of those rows")
+                     f"{settings.ab_screen:.1%} unconfirmed, or within "
+                     f"{settings.ab_undecided_se:g} standard errors of {settings.min_effect:.1%}"
+                     f"): {len(more)} more round(s) of those rows")
 
                 def pick(leg: _Leg, wanted=wanted):
                     mine = wanted & leg.part.keys if leg.part else wanted

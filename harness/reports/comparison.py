@@ -32,7 +32,7 @@ from ..results.environment import (
 from ..results.schema import Key, ResultRow
 from ..results.store import Run
 from .gate import evaluate, row_fails
-from .stats import mean_difference_margins, noise_margins, with_samples
+from .stats import mean_difference_margins, mean_difference_se, noise_margins, with_samples
 from .verdicts import GateResult, Remeasure, Verdict
 
 
@@ -62,16 +62,38 @@ def round_margins(rounds: Sequence[Sequence[ResultRow]], floor: float) -> dict[K
     return noise_margins([_medians(r) for r in rounds], floor) if len(rounds) >= 2 else {}
 
 
-def undecided(result: GateResult, settings: Settings) -> list[Key]:
-    """Gating rows the rounds left SAME or AMBIGUOUS while their median moved up beyond
-    ``settings.ab_screen``: a slowdown there may be real but hidden by the row's noise
-    (its margin, from one round's spread, can exceed min_effect) or by too few samples.
+def undecided(result: GateResult, settings: Settings,
+              a_rounds: Sequence[Sequence[ResultRow]] = (),
+              b_rounds: Sequence[Sequence[ResultRow]] = ()) -> list[Key]:
+    """Gating rows (ok on both sides) that more rounds could decide:
+
+    * left SAME or AMBIGUOUS while their median moved up beyond ``settings.ab_screen``: a
+      slowdown there may be real but hidden by the row's noise (its margin, from one
+      round's spread, can exceed min_effect) or by too few samples;
+    * given the rounds of both sides (``a_rounds``, ``b_rounds``), read SAME, AMBIGUOUS or
+      SLOWER with a change within ``settings.ab_undecided_se`` standard errors of the
+      difference of the rounds' means (``stats.mean_difference_se``) of ``min_effect``:
+      three processes a side that disagree by a few percent put a row's reading on either
+      side of the 2% line by chance (a +2.4% SLOWER of an unchanged path, a 3% slowdown
+      read +0.9%: docs/measurement.md §9.15).
+
     More rounds of these rows, judged by ``extended_margins``, decide them."""
+    se = {}
+    if settings.ab_undecided_se and a_rounds and b_rounds:
+        se = {k: v[0] for k, v in mean_difference_se(
+            [_medians(r) for r in a_rounds], [_medians(r) for r in b_rounds]).items()}
+    line = math.log1p(settings.min_effect)
+
+    def close(v) -> bool:
+        return (v.key in se and v.verdict != Verdict.FASTER
+                and abs(math.log1p(v.time_change) - line) < settings.ab_undecided_se * se[v.key])
     return [v.key for v in result.verdicts
-            if v.verdict in (Verdict.SAME, Verdict.AMBIGUOUS) and v.current is not None
-            and v.current.status == "ok" and math.isfinite(v.time_change)
-            and v.time_change > settings.ab_screen
-            and row_fails(Verdict.SLOWER, v.role, v.mode, settings)]
+            if v.verdict in (Verdict.SAME, Verdict.AMBIGUOUS, Verdict.SLOWER)
+            and v.current is not None and v.current.status == "ok"
+            and math.isfinite(v.time_change) and v.time_change > -1
+            and row_fails(Verdict.SLOWER, v.role, v.mode, settings)
+            and ((v.verdict != Verdict.SLOWER and v.time_change > settings.ab_screen)
+                 or close(v))]
 
 
 def extended_margins(a_rounds: Sequence[Sequence[ResultRow]],

@@ -119,25 +119,16 @@ def noise_margins(
     return out
 
 
-def mean_difference_margins(
+def mean_difference_se(
     a_runs: Sequence[Mapping[Key, float]], b_runs: Sequence[Mapping[Key, float]],
-    alpha: float, floor: float,
-) -> dict[Key, float]:
-    """Per-key margin for the difference of two sides' means over their runs (rounds).
-
-    ``a_runs[i][key]`` is run i's median of side A. On the log of the run medians: the
-    pooled within-side standard deviation ``s`` (``n_a + n_b - 2`` degrees of freedom),
-    the standard error of the difference of the means ``s * sqrt(1/n_a + 1/n_b)``, and
-    the margin ``expm1(t_{1-alpha, df} * se)``: one-sided, the move that an unchanged
-    build exceeds with probability ``alpha`` when runs vary independently. Unlike
-    ``noise_margins`` (the spread of one run), it shrinks as runs are added, so a noisy
-    row measured in more rounds can confirm a smaller slowdown. Never below ``floor``;
-    keys with fewer than two runs on a side get none.
-    """
-    from scipy.stats import t as student_t  # heavy: scipy.stats (~0.7 s), A/B rows only
-
+) -> dict[Key, tuple[float, int]]:
+    """Per key, the standard error of the difference of two sides' means over their runs
+    (rounds), and its degrees of freedom: on the log of the run medians (``a_runs[i][key]``
+    is run i's median of side A), the pooled within-side standard deviation ``s``
+    (``n_a + n_b - 2`` degrees of freedom) times ``sqrt(1/n_a + 1/n_b)``. Keys with fewer
+    than two runs on a side get none."""
     keys = set().union(*(r.keys() for r in a_runs)) & set().union(*(r.keys() for r in b_runs))
-    out: dict[Key, float] = {}
+    out: dict[Key, tuple[float, int]] = {}
     for key in sorted(keys):
         sides = [np.log([m for r in runs if math.isfinite(m := r.get(key, math.nan)) and m > 0])
                  for runs in (a_runs, b_runs)]
@@ -145,9 +136,25 @@ def mean_difference_margins(
             continue
         df = sum(len(x) for x in sides) - 2
         s = math.sqrt(sum(float(((x - x.mean()) ** 2).sum()) for x in sides) / df)
-        se = s * math.sqrt(sum(1.0 / len(x) for x in sides))
-        out[key] = max(floor, math.expm1(float(student_t.ppf(1.0 - alpha, df)) * se))
+        out[key] = (s * math.sqrt(sum(1.0 / len(x) for x in sides)), df)
     return out
+
+
+def mean_difference_margins(
+    a_runs: Sequence[Mapping[Key, float]], b_runs: Sequence[Mapping[Key, float]],
+    alpha: float, floor: float,
+) -> dict[Key, float]:
+    """Per-key margin for the difference of two sides' means over their runs (rounds):
+    ``expm1(t_{1-alpha, df} * se)`` with ``mean_difference_se``'s standard error: one-sided,
+    the move that an unchanged build exceeds with probability ``alpha`` when runs vary
+    independently. Unlike ``noise_margins`` (the spread of one run), it shrinks as runs are
+    added, so a noisy row measured in more rounds can confirm a smaller slowdown. Never
+    below ``floor``; keys with fewer than two runs on a side get none.
+    """
+    from scipy.stats import t as student_t  # heavy: scipy.stats (~0.7 s), A/B rows only
+
+    return {key: max(floor, math.expm1(float(student_t.ppf(1.0 - alpha, df)) * se))
+            for key, (se, df) in mean_difference_se(a_runs, b_runs).items()}
 
 
 def with_samples(row: ResultRow, samples: Sequence[float]) -> ResultRow:

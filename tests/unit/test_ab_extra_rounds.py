@@ -28,7 +28,7 @@ from harness.config import load_settings
 from harness.engines.bench_runner import BenchRequest
 from harness.engines.compare import compare
 from harness.errors import CompareError
-from harness.reports.stats import mean_difference_margins
+from harness.reports.stats import mean_difference_margins, mean_difference_se
 from harness.reports.synthetic import make_rows, resample
 from harness.reports.verdicts import Verdict
 from harness.results.environment import Environment
@@ -62,16 +62,17 @@ class NoisyBench:
     revision's speed. A request naming ``rows`` gets only those measured (the others
     ``unavailable``, as ``harness.engines.bench_rows`` records them)."""
 
-    def __init__(self):
+    def __init__(self, offsets=None):
         self.calls: list[BenchRequest] = []
         self.seen = {"A": 0, "B": 0}
+        self.offsets = offsets or OFFSETS
 
     def __call__(self, req: BenchRequest) -> None:
         self.calls.append(req)
         speed = float((req.worktree / "speed.txt").read_text())
         offset = 1.0                 # the noisy row's offsets go to its own processes
         if not req.rows or (NOISY[0], NOISY[1]) in req.rows:
-            offset = OFFSETS[req.label][self.seen[req.label]]
+            offset = self.offsets[req.label][self.seen[req.label]]
             self.seen[req.label] += 1
         rows = resample(BASE, seed=len(self.calls), noise=0.002,
                         factor={NOISY: offset * speed})
@@ -86,8 +87,8 @@ class NoisyBench:
                           environment=env))
 
 
-def _compare(repo, tmp_path, settings=S):
-    fake = NoisyBench()
+def _compare(repo, tmp_path, settings=S, offsets=None):
+    fake = NoisyBench(offsets)
     out = compare("HEAD~1", "HEAD", settings, work_dir=tmp_path / "cmp", repo=repo,
                   matrix="synthetic", rounds=3, runner=fake, confirm=False,
                   echo=lambda s: None)
@@ -121,14 +122,9 @@ def test_a_5pct_slowdown_on_a_noisy_row_is_confirmed_by_extra_rounds(repo, tmp_p
 
 def test_the_same_build_stays_same_after_the_extra_rounds(repo, tmp_path):
     _head(repo, "1.00")
-    OFFSETS_AA = {"A": [1.00, 0.97, 1.00, 0.99, 1.00, 1.01, 1.00],
-                  "B": [1.03, 1.025, 1.00, 1.00, 0.99, 1.00, 1.00]}
-    saved = dict(OFFSETS)
-    OFFSETS.update(OFFSETS_AA)
-    try:
-        fake, out, noisy = _compare(repo, tmp_path)
-    finally:
-        OFFSETS.update(saved)
+    fake, out, noisy = _compare(repo, tmp_path, offsets={
+        "A": [1.00, 0.97, 1.00, 0.99, 1.00, 1.01, 1.00],
+        "B": [1.03, 1.025, 1.00, 1.00, 0.99, 1.00, 1.00]})
     assert out.extended == {NOISY: 7}     # beyond 2% after three rounds, SAME: undecided
     assert noisy.verdict == Verdict.SAME and not noisy.fails and noisy.time_change < 0.03
     assert out.result.exit_code == 0
@@ -139,6 +135,51 @@ def test_rows_decided_by_the_first_rounds_get_no_extra_round(repo, tmp_path):
     fake, out, noisy = _compare(repo, tmp_path)
     assert noisy.verdict == Verdict.SLOWER and out.extended == {}
     assert len(fake.calls) == 6
+
+
+def test_a_slower_reading_within_two_standard_errors_of_min_effect_gets_extra_rounds(
+        repo, tmp_path):
+    """An unchanged build whose three A processes agree and whose B processes read +2.5%,
+    +2.8% and +0.5% (n1 of 2026-12-06, an H100: marlin_asym M128-N8192-K2048 read SLOWER
+    at +2.4%): the rounds disagree by as much as the call's distance from min_effect, so
+    the row gets the extra rounds, which read it SAME. With ``ab_undecided_se`` 0 (the rule
+    before) it stays the false alarm."""
+    _head(repo, "1.00")
+    offsets = {"A": [1.00, 1.001, 0.999, 1.00, 1.001, 0.999, 1.00],
+               "B": [1.025, 1.028, 1.005, 1.00, 0.998, 1.002, 1.00]}
+    fake, out, noisy = _compare(repo, tmp_path, replace(S, ab_undecided_se=0.0), offsets)
+    assert noisy.verdict == Verdict.SLOWER and out.extended == {}
+    fake, out, noisy = _compare(repo, tmp_path, offsets=offsets)
+    assert out.extended == {NOISY: 7} and len(fake.calls) == 6 + 8
+    assert noisy.verdict == Verdict.SAME and not noisy.fails and out.result.exit_code == 0
+
+
+def test_a_3pct_slowdown_read_below_the_screen_by_three_rounds_is_confirmed(repo, tmp_path):
+    """A 3% slowdown that three rounds read +1.1% (one slow A process: k1 of 2026-12-06,
+    an H200, nine planted rows read -0.2..+2.1%): below ``ab_screen``, so the rule before
+    left it SAME; within two standard errors of min_effect, it gets the extra rounds and
+    is confirmed SLOWER."""
+    _head(repo, "1.03")
+    offsets = {"A": [1.00, 1.03, 1.01, 1.00, 1.00, 1.005, 0.995],
+               "B": [0.99, 1.00, 0.995, 1.00, 1.00, 1.005, 1.00]}
+    fake, out, noisy = _compare(repo, tmp_path, replace(S, ab_undecided_se=0.0), offsets)
+    assert noisy.verdict == Verdict.SAME and noisy.time_change < S.ab_screen
+    assert out.extended == {}
+    fake, out, noisy = _compare(repo, tmp_path, offsets=offsets)
+    assert out.extended == {NOISY: 7}
+    assert noisy.verdict == Verdict.SLOWER and noisy.fails and noisy.threshold == S.min_effect
+    others = [v for v in out.result.verdicts if v.key != NOISY and v.current is not None]
+    assert others and {v.verdict for v in others} == {Verdict.SAME}
+
+
+def test_the_standard_error_is_the_pooled_one_of_the_log_round_medians():
+    a = [{("c", "p", "graph"): m} for m in (10.0, 10.4, 9.9)]
+    b = [{("c", "p", "graph"): m} for m in (10.5, 10.3, 10.6, 10.2)]
+    se, df = mean_difference_se(a, b)[("c", "p", "graph")]
+    la, lb = np.log([10.0, 10.4, 9.9]), np.log([10.5, 10.3, 10.6, 10.2])
+    s = math.sqrt((((la - la.mean()) ** 2).sum() + ((lb - lb.mean()) ** 2).sum()) / 5)
+    assert df == 5 and se == pytest.approx(s * math.sqrt(1 / 3 + 1 / 4), rel=1e-12)
+    assert mean_difference_se(a[:1], b) == {}
 
 
 def test_the_margin_is_t_times_the_standard_error_of_the_difference_of_means():
