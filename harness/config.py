@@ -84,7 +84,7 @@ class Settings:
         4, "A/B: more rounds of a row the first leave undecided (SAME or AMBIGUOUS, moved "
         "beyond ab_screen), judged on the standard error of the rounds' means", high=32,
         stored_default=0)
-    ab_undecided_se: float = _setting(2.0, "A/B: ... and of a row whose change is within this "
+    ab_undecided_se: float = _setting(2.5, "A/B: ... and of a row whose change is within this "
                                       "many standard errors of min_effect (0: off)", high=10.0,
                                       stored_default=0.0)
     projection_sample: int = _setting(

@@ -9,6 +9,7 @@ matrix's json and rewrites its gate record (``ab_step`` drives them).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,7 +18,7 @@ from ..config import Settings
 from ..reports.ab_confirm import AB_KEY, ABRecord, ABRow, apply_ab, same_commit, screen_keys
 from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import stored_partial, write_gate_record
-from ..reports.projection import PROJECTED
+from ..reports.projection import PROJECTED, SCREENED
 from ..reports.verdicts import GateResult, RowVerdict, Verdict
 from ..results.baseline import check_baseline_gate, run_settings
 from ..results.models import load_for_model
@@ -123,6 +124,11 @@ def reading_of(matrix: str, v: RowVerdict, got: Mapping, extended: Mapping) -> t
     return r.verdict.value, r.time_change, r.threshold, extended.get(v.key, 0)
 
 
+#: A/B verdicts that are readings (MISSING, ERROR: the A/B measured nothing usable)
+READ = frozenset(v.value for v in (Verdict.SLOWER, Verdict.SAME, Verdict.FASTER,
+                                   Verdict.AMBIGUOUS))
+
+
 def store_readings(run_dir: Path, matrix: str, pending: Pending, readings: Mapping, head: str,
                    rounds: int, echo: Callable[[str], None], seeded: bool = False) -> int:
     """Record ``matrix``'s A/B readings with the run and rewrite its gate record
@@ -141,6 +147,20 @@ def store_readings(run_dir: Path, matrix: str, pending: Pending, readings: Mappi
         rows += tuple(ABRow(*k, verdict, change, pending.result.settings.ab_screen,
                             source=PROJECTED)
                       for k, (verdict, change) in sorted(proj.readings.items()))
+        # ... and the screened rows the A/B gave no reading for: the screen's verdict stands
+        unread = [v for v in pending.slow if v.key not in readings or readings[v.key][0][0]
+                  not in READ]
+        rows = tuple(r for r in rows if r.key not in {v.key for v in unread})
+        stands = {v.key: proj.screen_readings.get(v.key, ("", math.nan, math.nan))
+                  for v in unread}
+        rows += tuple(ABRow(*k, Verdict.SLOWER.value if verdict == Verdict.SLOWER.value
+                            else Verdict.SAME.value, change, threshold, source=SCREENED)
+                      for k, (verdict, change, threshold) in stands.items())
+        if unread:
+            slower = sum(r[0] == Verdict.SLOWER.value for r in stands.values())
+            echo(f"harness job: {matrix}: {len(unread)} screened row(s) got no A/B reading: "
+                 f"the screen's verdict against the projection stands, unconfirmed "
+                 f"({slower} SLOWER)")
     record = ABRecord(matrix, record_base, head, rounds, rows,
                       projection=proj.projection if proj is not None else None,
                       seeded=seeded and bool(readings))

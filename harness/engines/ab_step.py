@@ -59,7 +59,7 @@ from .ab_pending import (  # noqa: F401  (Pending, row_commit: re-exported for t
 )
 from .ab_plugins import current_side_plugins, dirty
 from .bench_runner import bench_timeline
-from .compare import APart, compare, selection
+from .compare import APart, compare, matrices_of, selection
 from .projection_step import FactorBenches, factor_bench_settings, project, sample_plan
 from .revisions import (
     BenchRunner,
@@ -221,7 +221,7 @@ class Confirmation:
             plugins = _plugins(run_dir, matrices_ab)
             universe = [v.current for m in matrices_ab for v in todo[m].result.verdicts
                         if v.current is not None]
-            parts = [_part(shas[c], [v for _, v in group], universe)
+            parts = [_part(shas[c], [v for _, v in group], universe, matrices_ab)
                      for c, group in groups.items()] if len(groups) > 1 else []
             filt, paths, modes, _, only = selection([v.current for _, v in members], universe)
             outcome = compare(next(iter(shas.values())), head, self.settings,
@@ -315,10 +315,13 @@ def _reachable(repo: Path, groups: Mapping, echo: Callable[[str], None]) -> dict
     return shas
 
 
-def _part(sha: str, rows: list[RowVerdict], universe: list) -> APart:
-    """The A side's part at ``sha``: exactly ``rows`` (their baseline rows' commit)."""
-    filt, paths, modes, _, only = selection([v.current for v in rows], universe)
-    return APart(sha, frozenset(v.key for v in rows), filt, paths, modes, only)
+def _part(sha: str, rows: list[RowVerdict], universe: list, matrices: list[str]) -> APart:
+    """The A side's part at ``sha``: exactly ``rows`` (their baseline rows' commit), on
+    the matrices they come from."""
+    current = [v.current for v in rows]
+    filt, paths, modes, _, only = selection(current, universe)
+    return APart(sha, frozenset(v.key for v in rows), filt, paths, modes, only,
+                 matrices_of(",".join(matrices), current))
 
 
 def ab_confirm_matrix(run_dir: Path, matrix: str, **kw) -> int | None:

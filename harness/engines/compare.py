@@ -63,7 +63,8 @@ class APart:
     A/B'd in one compare, each commit's bench measuring that commit's rows in every
     round, the B side measuring all of them (``harness job``'s A/B). ``filter``,
     ``paths``, ``modes`` and ``rows`` select as ``compare``'s own do; ``keys`` are the
-    rows' keys (an undecided row's extra rounds go to the part that holds it)."""
+    rows' keys (an undecided row's extra rounds go to the part that holds it);
+    ``matrices`` the matrices they come from ("": the compare's)."""
 
     revision: str
     keys: frozenset
@@ -71,6 +72,7 @@ class APart:
     paths: tuple[str, ...] = ()
     modes: tuple[str, ...] = ()
     rows: tuple[tuple[str, str], ...] = ()
+    matrices: str = ""
 
 
 @dataclass(frozen=True)
@@ -157,9 +159,9 @@ def compare(
                 pick) -> list[tuple[str, _Leg, Run]]:
         """Interleaved rounds (A B, then B A, ...) of ``legs``, pipelined by
         ``pipeline.run_pipelined`` (the next bench starts up while one measures);
-        ``sub(r)`` names a round's folder, ``pick(leg)`` its selection (filter, paths,
-        modes, rows; None: the leg has nothing to measure). Returns (round folder, leg,
-        run) of every bench, in measuring order."""
+        ``sub(r)`` names a round's folder, ``pick(leg)`` its selection (matrices, filter,
+        paths, modes, plugins, rows; None: the leg has nothing to measure). Returns (round
+        folder, leg, run) of every bench, in measuring order."""
         jobs = []
         for r in rounds_:
             for leg in (legs if r % 2 == 0 else legs[::-1]):
@@ -167,7 +169,7 @@ def compare(
                 if sel is not None:
                     jobs.append((sub(r), leg, BenchRequest(
                         leg.label, leg.side.revision, leg.tree,
-                        work_dir / "runs" / sub(r) / leg.folder, matrix, r, *sel)))
+                        work_dir / "runs" / sub(r) / leg.folder, sel[0], r, *sel[1:])))
         for *_, req in jobs:
             if req.out_dir.exists():
                 shutil.rmtree(req.out_dir)
@@ -213,7 +215,7 @@ def compare(
                 legs = [_Leg("A", a, trees[a.revision], "A")]
             if b.revision:
                 legs.append(_Leg("B", b, trees[b.revision], "B"))
-            whole = (filter, tuple(paths), tuple(modes), (), tuple(rows))
+            whole = (matrix, filter, tuple(paths), tuple(modes), (), tuple(rows))
             # one bench per leg per round: a bar with the ETA of the rounds left
             first = 1 if seeds else 0       # round 0 of a seeded compare is its seeds
             progress = stack.enter_context(tqdm(total=(rounds - first) * len(legs),
@@ -222,7 +224,8 @@ def compare(
             for label, seed in seeds.items():
                 rounds_of[label].append(list(seed))
             got = measure(legs, range(first, rounds), lambda r: f"round{r}", lambda leg: (
-                (leg.part.filter, leg.part.paths, leg.part.modes, (), leg.part.rows)
+                (leg.part.matrices or matrix, leg.part.filter, leg.part.paths,
+                 leg.part.modes, (), leg.part.rows)
                 if leg.part else whole))
             for _, leg, run in got:
                 firsts.setdefault(leg.label, run)
@@ -254,7 +257,8 @@ def compare(
 
                 def pick(leg: _Leg, wanted=wanted):
                     mine = wanted & leg.part.keys if leg.part else wanted
-                    return selection([r for r in b_rows if r.key in mine], b_rows) \
+                    chosen = [r for r in b_rows if r.key in mine]
+                    return (matrices_of(matrix, chosen), *selection(chosen, b_rows)) \
                         if mine else None
                 got = measure(legs, more, lambda r: f"round{r}", pick)
                 for label, side_rounds in by_round(got, lambda r: r.key in wanted).items():
@@ -268,7 +272,8 @@ def compare(
         if both and confirm:
             def remeasure(keys: list[Key]):
                 wanted = set(keys)
-                sel = selection([r for r in b_rows if r.key in wanted], b_rows)
+                chosen = [r for r in b_rows if r.key in wanted]
+                sel = (matrices_of(matrix, chosen), *selection(chosen, b_rows))
                 got = by_round(measure(legs, [rounds], lambda r: "remeasure",
                                        lambda leg: sel), lambda r: r.key in wanted)
                 return got["A"][0], got["B"][0]
@@ -291,6 +296,18 @@ def compare(
             for meta in b.run.metas.values():
                 result = apply_ab(result, record_for(meta, a.run.environment.commit))
     return CompareOutcome(result, tuple(a_rows), tuple(b_rows), a, b, extended)
+
+
+def matrices_of(matrix: str, rows: Sequence[ResultRow]) -> str:
+    """The matrices of ``matrix`` (comma-separated, as the bench takes them) that ``rows``
+    come from: a bench of some rows measures only their matrices (``harness bench``
+    refuses a ``--filter`` that selects no case of a matrix it is given: n3 of
+    2026-12-06, the extra rounds of production rows in a production+swiglu A/B). A row
+    of a matrix not named (a caller's own name) keeps ``matrix`` whole."""
+    names = [m for m in matrix.split(",") if m]
+    mine = {r.matrix for r in rows}
+    kept = [m for m in names if m in mine]
+    return ",".join(kept) if kept and mine <= set(names) else matrix
 
 
 def selection(rows: Sequence[ResultRow], universe: Sequence[ResultRow]) -> tuple:

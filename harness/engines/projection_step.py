@@ -32,6 +32,7 @@ from pathlib import Path
 from ..config import Settings
 from ..errors import CompareError
 from ..reports.ab_confirm import screen_keys
+from ..reports.gate import evaluate
 from ..reports.projection import (
     Projection,
     judged_rows,
@@ -56,6 +57,9 @@ class Projected:
     projection: Projection
     screened: list[RowVerdict]
     readings: Mapping[Key, tuple[str, float]] = field(default_factory=dict)
+    #: the screened rows gated against the projection (key -> (verdict, change,
+    #: threshold)): what stands for a row whose A/B gives no reading
+    screen_readings: Mapping[Key, tuple[str, float, float]] = field(default_factory=dict)
 
 
 def sample_plan(results: Mapping[str, GateResult], settings: Settings,
@@ -180,5 +184,9 @@ def project(result: GateResult, matrix: str, measured: Mapping[tuple[str, Key], 
     projection = Projection(reference_model, runner_model, factors,
                             settings.projection_sample,
                             tuple(sorted("|".join(k) for k in mine if k in have)))
+    gate = evaluate([c for c in current if c.key in screened],
+                    [b for b in projected if b.key in screened], settings, partial=True)
     return Projected(projection, [v for v in judged if v.key in screened],
-                     projected_readings(current, projected, screened))
+                     projected_readings(current, projected, screened),
+                     {v.key: (v.verdict.value, v.time_change, v.threshold)
+                      for v in gate.verdicts if v.current is not None})

@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from ..config import Settings
 from ..results.schema import Key, ResultRow
 from .gate import _order, evaluate, row_fails
-from .projection import PROJECTED, Projection
+from .projection import PROJECTED, SCREENED, Projection
 from .stats import median
 from .verdicts import GateResult, RowVerdict, Verdict
 
@@ -71,7 +71,9 @@ class ABRow:
     baseline accept --only-faster``: each row is measured against its own row's commit);
     "" = the record's. ``source``: "" for an A/B reading, ``projected`` for a row of a
     foreign GPU model judged against the projected baseline alone (``reports.projection``:
-    ``change`` against the projection, ``threshold`` the screen)."""
+    ``change`` against the projection, ``threshold`` the screen), ``screened`` for one the
+    screen sent to an A/B that gave no reading (the screen's verdict, SLOWER or SAME,
+    stands)."""
 
     case_id: str
     path: str
@@ -298,6 +300,13 @@ def judged_here(v: RowVerdict, ab: ABRow, projection: Projection | None, said: s
                f"{how}, inside the {ab.threshold:.1%} screen{faster}")
         return replace(v, verdict=Verdict.SAME, fails=False, reasons=(why, *rest),
                        time_change=ab.change, threshold=ab.threshold)
+    if ab.source == SCREENED:   # its A/B failed: the screen's reading stands, unconfirmed
+        verdict = Verdict.SLOWER if ab.verdict == Verdict.SLOWER.value else Verdict.SAME
+        why = (f"screened on this runner: {ab.change:+.2%} against the baseline projected "
+               f"by {how} ({ab.verdict}); its A/B gave no reading, so that verdict stands, "
+               "unconfirmed, as a same-model bench's does")
+        return replace(v, verdict=verdict, fails=row_fails(verdict, v.role, v.mode, settings),
+                       reasons=(why, *rest), time_change=ab.change, threshold=ab.threshold)
     if ab.verdict not in (Verdict.SLOWER.value, Verdict.SAME.value, Verdict.FASTER.value,
                           Verdict.AMBIGUOUS.value):
         return replace(v, reasons=v.reasons + (f"no reading from {said}",))

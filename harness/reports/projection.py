@@ -46,6 +46,8 @@ from .verdicts import GateResult, RowVerdict, Verdict
 M_EDGES = (16, 256)
 #: ``ABRow.source`` of a row judged against the projection alone (no A/B of its own).
 PROJECTED = "projected"
+#: ``ABRow.source`` of a screened row whose A/B gave no reading: the screen's verdict stands
+SCREENED = "screened"
 
 
 def m_bucket(m: int) -> str:

@@ -26,7 +26,7 @@ from speed_repos import git, speed_repo
 
 from harness.config import load_settings
 from harness.engines.bench_runner import BenchRequest
-from harness.engines.compare import compare
+from harness.engines.compare import compare, matrices_of
 from harness.errors import CompareError
 from harness.reports.stats import mean_difference_margins, mean_difference_se
 from harness.reports.synthetic import make_rows, resample
@@ -137,7 +137,7 @@ def test_rows_decided_by_the_first_rounds_get_no_extra_round(repo, tmp_path):
     assert len(fake.calls) == 6
 
 
-def test_a_slower_reading_within_two_standard_errors_of_min_effect_gets_extra_rounds(
+def test_a_slower_reading_within_the_standard_errors_of_min_effect_gets_extra_rounds(
         repo, tmp_path):
     """An unchanged build whose three A processes agree and whose B processes read +2.5%,
     +2.8% and +0.5% (n1 of 2026-12-06, an H100: marlin_asym M128-N8192-K2048 read SLOWER
@@ -157,8 +157,8 @@ def test_a_slower_reading_within_two_standard_errors_of_min_effect_gets_extra_ro
 def test_a_3pct_slowdown_read_below_the_screen_by_three_rounds_is_confirmed(repo, tmp_path):
     """A 3% slowdown that three rounds read +1.1% (one slow A process: k1 of 2026-12-06,
     an H200, nine planted rows read -0.2..+2.1%): below ``ab_screen``, so the rule before
-    left it SAME; within two standard errors of min_effect, it gets the extra rounds and
-    is confirmed SLOWER."""
+    left it SAME; within ``ab_undecided_se`` standard errors of min_effect, it gets the
+    extra rounds and is confirmed SLOWER."""
     _head(repo, "1.03")
     offsets = {"A": [1.00, 1.03, 1.01, 1.00, 1.00, 1.005, 0.995],
                "B": [0.99, 1.00, 0.995, 1.00, 1.00, 1.005, 1.00]}
@@ -170,6 +170,24 @@ def test_a_3pct_slowdown_read_below_the_screen_by_three_rounds_is_confirmed(repo
     assert noisy.verdict == Verdict.SLOWER and noisy.fails and noisy.threshold == S.min_effect
     others = [v for v in out.result.verdicts if v.key != NOISY and v.current is not None]
     assert others and {v.verdict for v in others} == {Verdict.SAME}
+
+
+def test_the_extra_rounds_bench_only_the_matrices_of_their_rows(repo, tmp_path):
+    """A compare of two matrices whose undecided rows are all of one: the extra rounds'
+    benches name that matrix only (``harness bench`` refuses a filter that selects no case
+    of a matrix it is given: n3 of 2026-12-06, whose production-only extra rounds in a
+    production+swiglu A/B exited 2 and left the regression's rows unjudged)."""
+    _head(repo, "1.05")
+    fake = NoisyBench()
+    out = compare("HEAD~1", "HEAD", S, work_dir=tmp_path / "cmp", repo=repo,
+                  matrix="synthetic,other", rounds=3, runner=fake, confirm=False,
+                  echo=lambda s: None)
+    assert out.extended == {NOISY: 7}
+    assert {c.matrix for c in fake.calls[:6]} == {"synthetic,other"}
+    assert {c.matrix for c in fake.calls[6:]} == {"synthetic"}
+    rows = [r for r in BASE if r.key == NOISY]
+    assert matrices_of("other,synthetic", rows) == "synthetic"
+    assert matrices_of("production", rows) == "production"     # not among them: all kept
 
 
 def test_the_standard_error_is_the_pooled_one_of_the_log_round_medians():

@@ -20,6 +20,7 @@ from harness.commands.common import gate_against_baseline
 from harness.config import load_settings
 from harness.engines.ab_step import Confirmation, ab_confirm_matrix
 from harness.engines.revisions import BenchRequest
+from harness.errors import CompareError
 from harness.reports.ab_confirm import stored_ab
 from harness.reports.gate import evaluate
 from harness.reports.projection import (
@@ -457,3 +458,41 @@ def test_a_factor_reading_that_failed_is_no_round_0(tmp_path):
     ab = [c for c in fake.calls if c.out_dir.parent.name != "projection"]
     assert ab and sorted({c.round for c in ab}) == [0, 1, 2]     # the 5% path went to A/B
     assert not stored_ab(read_meta(run_dir / "synthetic.json")).seeded
+
+
+class ABFails(OnTheRunner):
+    """``OnTheRunner`` whose A/B benches (not the factor's) fail as a bench exiting 2 does."""
+
+    def __call__(self, req: BenchRequest) -> None:
+        if req.out_dir.parent.name != "projection":
+            raise CompareError(f"bench of {req.label} round {req.round} exited 2: planted")
+        super().__call__(req)
+
+
+def test_an_ab_that_gives_no_reading_leaves_the_screens_verdict_standing(tmp_path, capsys):
+    """The screen sent a 5% slower path to an A/B that failed (n3 of 2026-12-06: the
+    regression's rows stayed TIMING_NOT_COMPARABLE and the job passed): the screen's
+    verdict against the projection stands, as a same-model bench's verdicts stand when its
+    A/B fails; the path fails, no other row does, the report replays it."""
+    slow = {"fp16_cache": 1.05}
+    repo, base_sha, head_sha = _repo(tmp_path, slow)
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, slow)
+    said: list[str] = []
+    code = ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, rounds=3, repo=repo, runner=ABFails(),
+                             echo=said.append)
+    assert code == 1
+    verdicts = _gated(run_dir)
+    mine = [v for k, v in verdicts.items() if k[1] == "fp16_cache"]
+    assert sum(v == "SLOWER" for v in mine) >= 0.95 * len(mine)
+    assert "SLOWER" not in {v for k, v in verdicts.items() if k[1] != "fp16_cache"}
+    assert "TIMING_NOT_COMPARABLE" not in set(verdicts.values())
+    line = [s for s in said if "screened row(s) got no A/B reading" in s]
+    assert len(line) == 1 and "SLOWER)" in line[0]
+    rec = stored_ab(read_meta(run_dir / "synthetic.json"))
+    assert {r.source for r in rec.rows if r.path == "fp16_cache" and r.mode == "graph"} \
+        == {"screened"}
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / "rep")]) == 1
+    assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
