@@ -33,9 +33,7 @@ class ConfigError(ValueError):
     """A bad preset name, setting key or value (one-line message naming it)."""
 
 
-PACKAGED_SOURCE = "<packaged defaults>"
-DEFAULT_PRESET_NAME = "default"
-
+PACKAGED_SOURCE, DEFAULT_PRESET_NAME = "<packaged defaults>", "default"
 #: Retired settings (the per-element ULP gate, replaced by LESS_ACCURATE): stored runs and
 #: older pyproject tables that carry them still load, values ignored; ``--set`` refuses them.
 RETIRED: frozenset[str] = frozenset({"ulp_tolerance", "ulp_rel_tolerance"})

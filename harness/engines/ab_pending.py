@@ -121,7 +121,15 @@ def reading_of(matrix: str, v: RowVerdict, got: Mapping, extended: Mapping) -> t
     r = got.get((matrix, *v.key))
     if r is None:
         return Verdict.MISSING.value, float("nan"), float("nan"), 0
-    return r.verdict.value, r.time_change, r.threshold, extended.get(v.key, 0)
+    verdict = r.verdict
+    if verdict == Verdict.WINNER_CHANGED:
+        # the dispatch policy's overlay (another path of the class moved: n4 of 2026-12-06,
+        # fp16_cache's regression made marlin_asym the winner), not this row's speed: it
+        # only replaces a reading of lower priority (SAME, FASTER, AMBIGUOUS), told apart
+        # by the change against the threshold
+        verdict = (Verdict.FASTER if r.time_change < -r.threshold else Verdict.AMBIGUOUS
+                   if r.time_change > r.threshold else Verdict.SAME)
+    return verdict.value, r.time_change, r.threshold, extended.get(v.key, 0)
 
 
 #: A/B verdicts that are readings (MISSING, ERROR: the A/B measured nothing usable)

@@ -70,12 +70,13 @@ def undecided(result: GateResult, settings: Settings,
     * left SAME or AMBIGUOUS while their median moved up beyond ``settings.ab_screen``: a
       slowdown there may be real but hidden by the row's noise (its margin, from one
       round's spread, can exceed min_effect) or by too few samples;
-    * given the rounds of both sides (``a_rounds``, ``b_rounds``), read SAME, AMBIGUOUS or
-      SLOWER with a change within ``settings.ab_undecided_se`` standard errors of the
-      difference of the rounds' means (``stats.mean_difference_se``) of ``min_effect``:
-      three processes a side that disagree by a few percent put a row's reading on either
-      side of the 2% line by chance (a +2.4% SLOWER of an unchanged path, a 3% slowdown
-      read +0.9%: docs/measurement.md §9.15).
+    * given the rounds of both sides (``a_rounds``, ``b_rounds``), read SAME, AMBIGUOUS,
+      SLOWER or WINNER_CHANGED (the policy's overlay on a SAME) with a change within
+      ``settings.ab_undecided_se`` standard errors of the difference of the rounds' means
+      (``stats.mean_difference_se``) of ``min_effect``: three processes a side that
+      disagree by a few percent put a row's reading on either side of the 2% line by
+      chance (a +2.4% SLOWER of an unchanged path, a 3% slowdown read +0.9%:
+      docs/measurement.md §9.15).
 
     More rounds of these rows, judged by ``extended_margins``, decide them."""
     se = {}
@@ -88,7 +89,8 @@ def undecided(result: GateResult, settings: Settings,
         return (v.key in se and v.verdict != Verdict.FASTER
                 and abs(math.log1p(v.time_change) - line) < settings.ab_undecided_se * se[v.key])
     return [v.key for v in result.verdicts
-            if v.verdict in (Verdict.SAME, Verdict.AMBIGUOUS, Verdict.SLOWER)
+            if v.verdict in (Verdict.SAME, Verdict.AMBIGUOUS, Verdict.SLOWER,
+                             Verdict.WINNER_CHANGED)
             and v.current is not None and v.current.status == "ok"
             and math.isfinite(v.time_change) and v.time_change > -1
             and row_fails(Verdict.SLOWER, v.role, v.mode, settings)

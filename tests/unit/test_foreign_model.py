@@ -18,6 +18,7 @@ import pytest
 from harness.cli import main
 from harness.commands.common import gate_against_baseline
 from harness.config import load_settings
+from harness.engines.ab_pending import reading_of
 from harness.engines.ab_step import Confirmation, ab_confirm_matrix
 from harness.engines.revisions import BenchRequest
 from harness.errors import CompareError
@@ -496,3 +497,17 @@ def test_an_ab_that_gives_no_reading_leaves_the_screens_verdict_standing(tmp_pat
     assert main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines"),
                  "--out", str(tmp_path / "rep")]) == 1
     assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
+
+
+def test_a_winner_change_in_an_ab_reads_as_the_rows_own_speed():
+    """The dispatch policy's WINNER_CHANGED in an A/B (n4 of 2026-12-06: fp16_cache's
+    regression made marlin_asym its class's winner) is no reading of the row's speed: it
+    reads SAME, FASTER or AMBIGUOUS by the change against the threshold, never "no
+    reading" (which left the row's unconfirmed screen verdict, SLOWER, standing)."""
+    rows = make_rows(ms=(1,), seed=5, peers=())
+    v = next(x for x in evaluate(rows, rows, S).verdicts
+             if x.current is not None and x.mode == "graph")
+    for change, want in ((0.004, "SAME"), (0.05, "AMBIGUOUS"), (-0.05, "FASTER")):
+        got = {("m", *v.key): replace(v, verdict=Verdict.WINNER_CHANGED, time_change=change,
+                                       threshold=0.02)}
+        assert reading_of("m", v, got, {}) == (want, change, 0.02, 0)
