@@ -1,7 +1,7 @@
 """Every job of the H100 device calls committed under docs/data (the ninth session's
 d1-d3, the tenth's e1-e2, the eleventh's f1, the twelfth's g1, the thirteenth's h1;
 docs/measurement.md §9.8-9.13, §16.4-16.7) and of the fourteenth's H200 call k1 (§9.14)
-and H100 call m1 (§16.8)
+and H100 call m1 (§16.8), and the fifteenth's H100 calls n1-n4 (§16.9)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
@@ -24,6 +24,7 @@ G1 = "g1/{}/82ffd795e41b/sm90"
 H1, H1B = "h1/{}/82ffd795e41b/sm90", "h1/{}/a774eb468413/sm90"
 K1 = "k1/{}/ac2af219046d/sm90"
 M1 = "m1/{}/d1be0af4ca56/sm90"
+N1 = "n1/{}/35605860ce94/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -58,6 +59,16 @@ ARCHIVES = {
     "h100-2026-12-06-m.tar.gz": ("h100-2026-12-06-m", {
         M1.format("aa2"): (False, False, 0, 380), M1.format("aa3"): (False, False, 0, 380),
         "m1/regress/8ec9df0a2513/sm90": (False, False, 1, 380)}),
+    # the fifteenth session's four fresh H100s: n1 same-model and foreign, n2-n4 foreign
+    "h100-2026-12-06-n.tar.gz": ("h100-2026-12-06-n", {
+        N1.format("aa"): (False, False, 0, 380), N1.format("aa2"): (False, False, 0, 380),
+        N1.format("foreign"): (True, False, 0, 380),
+        "n1/regressforeign/88505f4f8697/sm90": (True, False, 1, 380),
+        "n2/foreign/b028f598f44f/sm90": (True, False, 0, 380),
+        "n2/regressforeign/2c4702dcbef9/sm90": (True, False, 1, 380),
+        "n3/foreign/b028f598f44f/sm90": (True, False, 1, 380),
+        "n3/regressforeign/03bd3771955d/sm90": (True, False, 0, 380),
+        "n4/regressforeign/d8b440c57117/sm90": (True, False, 1, 380)}),
 }
 
 
