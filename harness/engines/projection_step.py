@@ -130,13 +130,17 @@ class FactorBenches:
             self.pipeline.run(on_start=lambda i: self.echo(
                 f"harness job: machine factor: {len(plan[list(plan)[i]])} row(s) at the "
                 f"baseline's commit {reqs[i].revision[:12]} on this runner"))
-            wanted = {(m, v.key) for members in plan.values() for m, v in members}
-            for req in reqs:
+            for members, req in zip(plan.values(), reqs, strict=True):
                 try:
                     run = load_run(req.out_dir)
                 except SchemaError as exc:
                     raise CompareError(f"the bench at {req.revision[:12]} left no readable "
                                        f"results: {exc}") from None
+                # each commit's own rows only: a bench records the rows of its cases that
+                # it was not asked for as unavailable, which must not overwrite another
+                # commit's reading of them (n4 of 2026-12-06: f33d13cd33f1's bench recorded
+                # acffbe3b1f93's marlin_asym rows so; only the benches' order kept them)
+                wanted = {(m, v.key) for m, v in members}
                 got.update({(r.matrix, r.key): r for r in run.rows
                             if (r.matrix, r.key) in wanted})
         finally:

@@ -20,6 +20,7 @@ from harness.commands.common import gate_against_baseline
 from harness.config import load_settings
 from harness.engines.ab_pending import reading_of
 from harness.engines.ab_step import Confirmation, ab_confirm_matrix
+from harness.engines.projection_step import FactorBenches
 from harness.engines.revisions import BenchRequest
 from harness.errors import CompareError
 from harness.reports.ab_confirm import stored_ab
@@ -511,3 +512,38 @@ def test_a_winner_change_in_an_ab_reads_as_the_rows_own_speed():
         got = {("m", *v.key): replace(v, verdict=Verdict.WINNER_CHANGED, time_change=change,
                                        threshold=0.02)}
         assert reading_of("m", v, got, {}) == (want, change, 0.02, 0)
+
+
+class AskedRowsOnly(OnTheRunner):
+    """``OnTheRunner`` whose benches record the rows they were not asked for as
+    unavailable, as ``harness bench --rows`` does."""
+
+    def __call__(self, req: BenchRequest) -> None:
+        super().__call__(req)
+        folder = req.out_dir / req.revision[:12] / "sm90"
+        asked = set(req.rows)
+        rows = [r if (r.case_id, r.path) in asked else replace(
+            r, status="unavailable", error="not asked", samples_us="", n_samples=0)
+            for r in load_run(folder).rows]
+        env = Environment(arch="sm90", gpu_name=HERE, commit=req.revision[:12])
+        write_run(folder, rows, RunMeta(matrix="synthetic", commit=req.revision[:12],
+                                        arch="sm90", environment=env))
+
+
+def test_each_factor_bench_gives_only_its_own_commits_rows(tmp_path):
+    """Two baseline commits, each bench recording the other's rows of its cases as
+    unavailable: every planned row keeps the reading of its own commit's bench, whichever
+    bench ran last."""
+    repo, base_sha, head_sha = _repo(tmp_path, {})
+    verdicts = [v for v in evaluate(BASE, BASE, S).verdicts
+                if v.current is not None and v.mode == "graph" and v.current.M == 1]
+    fp16 = [v for v in verdicts if v.path == "fp16_cache"]
+    other = [v for v in verdicts if v.path != "fp16_cache"]
+    plan = {head_sha: [("synthetic", v) for v in fp16],
+            base_sha: [("synthetic", v) for v in other]}
+    with FactorBenches(plan, repo=repo, work_dir=tmp_path / "f", runner=AskedRowsOnly(),
+                       universe={"synthetic": list(BASE)}, echo=lambda s: None) as benches:
+        got = benches.collect()
+    assert set(got) == {("synthetic", v.key) for v in verdicts}
+    assert {r.status for r in got.values()} == {"ok"}
+    assert {r.commit for k, r in got.items() if k[1][1] == "fp16_cache"} == {head_sha[:12]}
