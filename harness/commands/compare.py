@@ -7,7 +7,8 @@ inside it (``PYTHONPATH`` = the worktree), for ``rounds`` rounds, alternating th
 revisions (A B, B A, A B, ...) so drift of the GPU hits both alike. The rounds of a side
 are pooled (samples concatenated), and their spread calibrates per-case noise margins.
 A gating row those rounds leave undecided (SAME or AMBIGUOUS while its median moved
-beyond the ``ab_screen`` setting) gets ``ab_extra_rounds`` more interleaved rounds of
+beyond the ``ab_screen`` setting, or any call within ``ab_undecided_se`` standard errors
+of ``min_effect``) gets ``ab_extra_rounds`` more interleaved rounds of
 those rows only, and is judged against the standard error of the difference of the
 rounds' means (``reports.comparison.extended_margins``): one round's spread, the margin of
 the other rows, does not shrink with rounds, so on a row that moves a few percent between
