@@ -116,19 +116,25 @@ def commit_groups(todo: Mapping[str, Pending]) -> dict[str, list[tuple[str, RowV
     return groups
 
 
-def reading_of(matrix: str, v: RowVerdict, got: Mapping, extended: Mapping) -> tuple:
-    """(verdict, change, threshold, rounds) of ``v``'s A/B reading in ``got``."""
+def reading_of(matrix: str, v: RowVerdict, got: Mapping, extended: Mapping,
+               alpha: float = 0.01) -> tuple:
+    """(verdict, change, threshold, rounds) of ``v``'s A/B reading in ``got``: a speed
+    verdict. Where the A/B's verdict is another kind that outranks the speed call (an
+    accuracy verdict, LOST_DISPATCH, or the dispatch policy's WINNER_CHANGED: n4 of
+    2026-12-06, where fp16_cache's regression made marlin_asym its class's winner), the
+    A/B still timed the row: its speed call is the gate's own rule (``stats.speed_call``)
+    on the change, p-value (``alpha``) and threshold it kept. The row's accuracy is the
+    job bench's gate to judge, not the A/B's."""
     r = got.get((matrix, *v.key))
     if r is None:
         return Verdict.MISSING.value, float("nan"), float("nan"), 0
     verdict = r.verdict
-    if verdict == Verdict.WINNER_CHANGED:
-        # the dispatch policy's overlay (another path of the class moved: n4 of 2026-12-06,
-        # fp16_cache's regression made marlin_asym the winner), not this row's speed: it
-        # only replaces a reading of lower priority (SAME, FASTER, AMBIGUOUS), told apart
-        # by the change against the threshold
-        verdict = (Verdict.FASTER if r.time_change < -r.threshold else Verdict.AMBIGUOUS
-                   if r.time_change > r.threshold else Verdict.SAME)
+    if (verdict.value not in READ and r.current is not None and r.current.status == "ok"
+            and math.isfinite(r.time_change) and math.isfinite(r.threshold)):
+        significant = math.isfinite(r.p_value) and r.p_value < alpha
+        big = abs(r.time_change) > r.threshold
+        verdict = ((Verdict.SLOWER if r.time_change > 0 else Verdict.FASTER)
+                   if significant and big else Verdict.AMBIGUOUS if big else Verdict.SAME)
     return verdict.value, r.time_change, r.threshold, extended.get(v.key, 0)
 
 

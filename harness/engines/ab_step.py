@@ -238,8 +238,8 @@ class Confirmation:
         got = {(v.row.matrix, *v.key): v for v in outcome.result.verdicts}
         for c, group in groups.items():
             for m, v in group:
-                readings.setdefault(m, {})[v.key] = (reading_of(m, v, got, outcome.extended),
-                                                     shas[c])
+                readings.setdefault(m, {})[v.key] = (
+                    reading_of(m, v, got, outcome.extended, self.settings.alpha), shas[c])
                 heads[m] = head
         return readings, heads
 

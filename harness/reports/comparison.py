@@ -71,7 +71,7 @@ def undecided(result: GateResult, settings: Settings,
       slowdown there may be real but hidden by the row's noise (its margin, from one
       round's spread, can exceed min_effect) or by too few samples;
     * given the rounds of both sides (``a_rounds``, ``b_rounds``), read SAME, AMBIGUOUS,
-      SLOWER or WINNER_CHANGED (the policy's overlay on a SAME) with a change within
+      SLOWER or a verdict above the speed call (``OVERLAYS``) with a change within
       ``settings.ab_undecided_se`` standard errors of the difference of the rounds' means
       (``stats.mean_difference_se``) of ``min_effect``: three processes a side that
       disagree by a few percent put a row's reading on either side of the 2% line by
@@ -89,13 +89,18 @@ def undecided(result: GateResult, settings: Settings,
         return (v.key in se and v.verdict != Verdict.FASTER
                 and abs(math.log1p(v.time_change) - line) < settings.ab_undecided_se * se[v.key])
     return [v.key for v in result.verdicts
-            if v.verdict in (Verdict.SAME, Verdict.AMBIGUOUS, Verdict.SLOWER,
-                             Verdict.WINNER_CHANGED)
+            if v.verdict in (Verdict.SAME, Verdict.AMBIGUOUS, Verdict.SLOWER, *OVERLAYS)
             and v.current is not None and v.current.status == "ok"
             and math.isfinite(v.time_change) and v.time_change > -1
             and row_fails(Verdict.SLOWER, v.role, v.mode, settings)
-            and ((v.verdict != Verdict.SLOWER and v.time_change > settings.ab_screen)
-                 or close(v))]
+            and ((v.verdict in (Verdict.SAME, Verdict.AMBIGUOUS, Verdict.WINNER_CHANGED)
+                  and v.time_change > settings.ab_screen) or close(v))]
+
+
+#: Verdicts that outrank a row's speed call while the row was timed (its change, p-value
+#: and threshold kept): the A/B reads the speed call beneath them (``ab_pending.reading_of``)
+OVERLAYS = (Verdict.WINNER_CHANGED, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
+            Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH)
 
 
 def extended_margins(a_rounds: Sequence[Sequence[ResultRow]],

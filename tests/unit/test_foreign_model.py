@@ -500,18 +500,26 @@ def test_an_ab_that_gives_no_reading_leaves_the_screens_verdict_standing(tmp_pat
     assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
 
 
-def test_a_winner_change_in_an_ab_reads_as_the_rows_own_speed():
+def test_a_verdict_above_the_speed_call_in_an_ab_reads_as_the_rows_own_speed():
     """The dispatch policy's WINNER_CHANGED in an A/B (n4 of 2026-12-06: fp16_cache's
-    regression made marlin_asym its class's winner) is no reading of the row's speed: it
-    reads SAME, FASTER or AMBIGUOUS by the change against the threshold, never "no
-    reading" (which left the row's unconfirmed screen verdict, SLOWER, standing)."""
+    regression made marlin_asym its class's winner), or an accuracy verdict (Marlin's race
+    in one round), outranks the speed call the A/B made: the reading is that call, by the
+    gate's rule on change, p-value and threshold, never "no reading" (which left n4's
+    unconfirmed screen verdict, SLOWER, standing). A row without timing gives none."""
     rows = make_rows(ms=(1,), seed=5, peers=())
     v = next(x for x in evaluate(rows, rows, S).verdicts
              if x.current is not None and x.mode == "graph")
-    for change, want in ((0.004, "SAME"), (0.05, "AMBIGUOUS"), (-0.05, "FASTER")):
-        got = {("m", *v.key): replace(v, verdict=Verdict.WINNER_CHANGED, time_change=change,
-                                       threshold=0.02)}
-        assert reading_of("m", v, got, {}) == (want, change, 0.02, 0)
+    for overlay in (Verdict.WINNER_CHANGED, Verdict.NONDETERMINISTIC,
+                    Verdict.WORSE_ACCURACY):
+        for change, p, want in ((0.004, 0.001, "SAME"), (0.05, 0.3, "AMBIGUOUS"),
+                                (0.05, 0.001, "SLOWER"), (-0.05, 0.001, "FASTER")):
+            got = {("m", *v.key): replace(v, verdict=overlay, time_change=change,
+                                           threshold=0.02, p_value=p)}
+            assert reading_of("m", v, got, {}) == (want, change, 0.02, 0), (overlay, change)
+    # no timing: no reading
+    got = {("m", *v.key): replace(v, verdict=Verdict.ERROR, current=replace(
+        v.current, status="error"), time_change=float("nan"))}
+    assert reading_of("m", v, got, {})[0] == "ERROR"
 
 
 class AskedRowsOnly(OnTheRunner):
