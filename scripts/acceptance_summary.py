@@ -45,6 +45,11 @@ def summarize(run_dir: Path, plant: str | None, mode: str, by_path: bool = False
                     f"{k} {v['verdict']} {_pct(v.get('change'), '+')} (threshold "
                     f"{_pct(v.get('threshold'))}, {v['rounds']} rounds)"
                     for k, v in sorted(more.items()))
+            unread = {k: v for k, v in ab["rows"].items() if v.get("source") == "screened"}
+            if unread:  # screened on another GPU model, its A/B gave no reading
+                line += "; no A/B reading, the screen's verdict stands: " + ", ".join(
+                    f"{k} {v['verdict']} {_pct(v.get('change'), '+')}"
+                    for k, v in sorted(unread.items()))
         if plant:
             mine = {k: v for k, v in verdicts.items()
                     if k.split("|")[1] == plant and k.split("|")[2] == mode}

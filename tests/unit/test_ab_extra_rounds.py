@@ -234,8 +234,17 @@ def test_the_acceptance_summary_lists_the_rows_judged_on_extra_rounds(tmp_path):
                           check=True).stdout
     assert "A/B (3 rounds vs aaaaaaaaaaaa): {'SLOWER': 2}" in said
     assert "extra rounds: c1|fp16_cache|graph SLOWER +4.70% (threshold n/a, 7 rounds)" in said
+    assert "no A/B reading" not in said
     assert "c0|fp16_cache|graph SLOWER" not in said
     assert "2/2 SLOWER (100.0%)" in said
+    # a row screened on another GPU model whose A/B gave no reading is named as such
+    rows["c0|fp16_cache|graph"]["source"] = "screened"
+    (run / "production.json").write_text(json.dumps({"extra": {"gate": gate,
+                                                                "ab_confirm": ab}}))
+    said = subprocess.run([sys.executable, str(ROOT / "scripts" / "acceptance_summary.py"),
+                           str(run)], capture_output=True, text=True, check=True).stdout
+    assert "no A/B reading, the screen's verdict stands: c0|fp16_cache|graph SLOWER +5.20%" \
+        in said
 
 
 def test_a_side_in_parts_gets_its_extra_rounds_where_the_undecided_row_is(repo, tmp_path):
