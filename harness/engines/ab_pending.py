@@ -19,7 +19,8 @@ from ..reports.ab_confirm import AB_KEY, ABRecord, ABRow, apply_ab, same_commit,
 from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import stored_partial, write_gate_record
 from ..reports.projection import PROJECTED, SCREENED
-from ..reports.verdicts import GateResult, RowVerdict, Verdict
+from ..reports.stats import call_of
+from ..reports.verdicts import SPEED_CALLS, GateResult, RowVerdict, Verdict
 from ..results.baseline import check_baseline_gate, run_settings
 from ..results.models import load_for_model
 from ..results.store import load_run, read_meta, write_meta
@@ -122,25 +123,21 @@ def reading_of(matrix: str, v: RowVerdict, got: Mapping, extended: Mapping,
     verdict. Where the A/B's verdict is another kind that outranks the speed call (an
     accuracy verdict, LOST_DISPATCH, or the dispatch policy's WINNER_CHANGED: n4 of
     2026-12-06, where fp16_cache's regression made marlin_asym its class's winner), the
-    A/B still timed the row: its speed call is the gate's own rule (``stats.speed_call``)
+    A/B still timed the row: its speed call is the gate's own rule (``stats.call_of``)
     on the change, p-value (``alpha``) and threshold it kept. The row's accuracy is the
     job bench's gate to judge, not the A/B's."""
     r = got.get((matrix, *v.key))
     if r is None:
         return Verdict.MISSING.value, float("nan"), float("nan"), 0
-    verdict = r.verdict
-    if (verdict.value not in READ and r.current is not None and r.current.status == "ok"
+    verdict = r.verdict.value
+    if (r.verdict not in SPEED_CALLS and r.current is not None and r.current.status == "ok"
             and math.isfinite(r.time_change) and math.isfinite(r.threshold)):
-        significant = math.isfinite(r.p_value) and r.p_value < alpha
-        big = abs(r.time_change) > r.threshold
-        verdict = ((Verdict.SLOWER if r.time_change > 0 else Verdict.FASTER)
-                   if significant and big else Verdict.AMBIGUOUS if big else Verdict.SAME)
-    return verdict.value, r.time_change, r.threshold, extended.get(v.key, 0)
+        verdict = call_of(r.time_change, r.p_value, r.threshold, alpha)
+    return verdict, r.time_change, r.threshold, extended.get(v.key, 0)
 
 
 #: A/B verdicts that are readings (MISSING, ERROR: the A/B measured nothing usable)
-READ = frozenset(v.value for v in (Verdict.SLOWER, Verdict.SAME, Verdict.FASTER,
-                                   Verdict.AMBIGUOUS))
+READ = frozenset(c.value for c in SPEED_CALLS)
 
 
 def store_readings(run_dir: Path, matrix: str, pending: Pending, readings: Mapping, head: str,
@@ -153,25 +150,25 @@ def store_readings(run_dir: Path, matrix: str, pending: Pending, readings: Mappi
     shas = [sha for _, sha in readings.values()]
     own = next((sha for sha in shas if same_commit(sha, pending.base_commit)), None)
     record_base = own or pending.base_commit or (shas[0] if shas else "")
+    proj = pending.projected
+    # another GPU model: a screened row the A/B gave no reading keeps the screen's verdict
+    unread = [v for v in pending.slow if proj is not None
+              and (v.key not in readings or readings[v.key][0][0] not in READ)]
+    skip = {v.key for v in unread}
     rows = tuple(ABRow(*v.key, *readings[v.key][0],
                        "" if readings[v.key][1] == record_base else readings[v.key][1])
-                 for v in pending.slow if v.key in readings)
-    proj = pending.projected
-    if proj is not None:       # another GPU model: the rows inside the screen, projected
+                 for v in pending.slow if v.key in readings and v.key not in skip)
+    if proj is not None:       # the rows inside the screen, projected; the unread, screened
         rows += tuple(ABRow(*k, verdict, change, pending.result.settings.ab_screen,
                             source=PROJECTED)
                       for k, (verdict, change) in sorted(proj.readings.items()))
-        # ... and the screened rows the A/B gave no reading for: the screen's verdict stands
-        unread = [v for v in pending.slow if v.key not in readings or readings[v.key][0][0]
-                  not in READ]
-        rows = tuple(r for r in rows if r.key not in {v.key for v in unread})
-        stands = {v.key: proj.screen_readings.get(v.key, ("", math.nan, math.nan))
-                  for v in unread}
+        stands = [(v.key, *proj.screen_readings.get(v.key, ("", math.nan, math.nan)))
+                  for v in unread]
         rows += tuple(ABRow(*k, Verdict.SLOWER.value if verdict == Verdict.SLOWER.value
                             else Verdict.SAME.value, change, threshold, source=SCREENED)
-                      for k, (verdict, change, threshold) in stands.items())
+                      for k, verdict, change, threshold in stands)
         if unread:
-            slower = sum(r[0] == Verdict.SLOWER.value for r in stands.values())
+            slower = sum(verdict == Verdict.SLOWER.value for _, verdict, *_ in stands)
             echo(f"harness job: {matrix}: {len(unread)} screened row(s) got no A/B reading: "
                  f"the screen's verdict against the projection stands, unconfirmed "
                  f"({slower} SLOWER)")

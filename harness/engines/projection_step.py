@@ -31,8 +31,7 @@ from pathlib import Path
 
 from ..config import Settings
 from ..errors import CompareError
-from ..reports.ab_confirm import screen_keys
-from ..reports.gate import evaluate
+from ..reports.ab_confirm import screen
 from ..reports.projection import (
     Projection,
     judged_rows,
@@ -57,8 +56,8 @@ class Projected:
     projection: Projection
     screened: list[RowVerdict]
     readings: Mapping[Key, tuple[str, float]] = field(default_factory=dict)
-    #: the screened rows gated against the projection (key -> (verdict, change,
-    #: threshold)): what stands for a row whose A/B gives no reading
+    #: the screen's own reading of each screened row against the projection (key ->
+    #: (verdict, change, threshold)): what stands for a row whose A/B gives no reading
     screen_readings: Mapping[Key, tuple[str, float, float]] = field(default_factory=dict)
 
 
@@ -184,13 +183,11 @@ def project(result: GateResult, matrix: str, measured: Mapping[tuple[str, Key], 
     # (a 1% one sent 62 of 168 production rows of an unchanged H100 run to A/B, 2026-12-05);
     # the projection has removed each class's factor already: a path's own move is the one
     wide = replace(settings, ab_path_screen=max(settings.ab_path_screen, settings.ab_screen))
-    screened = screen_keys(current, projected, wide, against_others=False)
+    screened, gate = screen(current, projected, wide, against_others=False)
     projection = Projection(reference_model, runner_model, factors,
                             settings.projection_sample,
                             tuple(sorted("|".join(k) for k in mine if k in have)))
-    gate = evaluate([c for c in current if c.key in screened],
-                    [b for b in projected if b.key in screened], settings, partial=True)
     return Projected(projection, [v for v in judged if v.key in screened],
                      projected_readings(current, projected, screened),
                      {v.key: (v.verdict.value, v.time_change, v.threshold)
-                      for v in gate.verdicts if v.current is not None})
+                      for v in gate.verdicts if v.key in screened and v.current is not None})

@@ -47,7 +47,7 @@ from ..results.schema import Key, ResultRow
 from .gate import _order, evaluate, row_fails
 from .projection import PROJECTED, SCREENED, Projection
 from .stats import median
-from .verdicts import GateResult, RowVerdict, Verdict
+from .verdicts import SPEED_CALLS, GateResult, RowVerdict, Verdict
 
 AB_KEY = "ab_confirm"
 #: A/B verdicts that clear a stored-baseline SLOWER; any other (SLOWER, AMBIGUOUS,
@@ -166,6 +166,15 @@ def screen_keys(current: Sequence[ResultRow], baseline: Sequence[ResultRow],
       ``against_others=False`` (or fewer than two other paths in the mode): the path's
       own median change, as where the baseline was already projected onto this machine.
     """
+    return screen(current, baseline, settings, partial=partial,
+                  against_others=against_others)[0]
+
+
+def screen(current: Sequence[ResultRow], baseline: Sequence[ResultRow], settings: Settings,
+           *, partial: bool | str = False,
+           against_others: bool = True) -> tuple[set[Key], GateResult]:
+    """``screen_keys``' keys and the gate they were read from (min_effect = ab_screen,
+    no margins): each screened row's own reading against ``baseline``."""
     loose = replace(settings, min_effect=settings.ab_screen)
     res = evaluate(current, baseline, loose, margins={}, partial=partial)
     keys = {v.key for v in res.failures if v.verdict == Verdict.SLOWER}
@@ -174,7 +183,7 @@ def screen_keys(current: Sequence[ResultRow], baseline: Sequence[ResultRow],
         if (_both_ok(v) and moves.get((v.path, v.mode), 0.0) > settings.ab_path_screen
                 and row_fails(Verdict.SLOWER, v.current.role, v.mode, settings)):
             keys.add(v.key)
-    return keys
+    return keys, res
 
 
 def _both_ok(v) -> bool:
@@ -307,8 +316,7 @@ def judged_here(v: RowVerdict, ab: ABRow, projection: Projection | None, said: s
                "unconfirmed, as a same-model bench's does")
         return replace(v, verdict=verdict, fails=row_fails(verdict, v.role, v.mode, settings),
                        reasons=(why, *rest), time_change=ab.change, threshold=ab.threshold)
-    if ab.verdict not in (Verdict.SLOWER.value, Verdict.SAME.value, Verdict.FASTER.value,
-                          Verdict.AMBIGUOUS.value):
+    if ab.verdict not in {c.value for c in SPEED_CALLS}:
         return replace(v, reasons=v.reasons + (f"no reading from {said}",))
     verdict = Verdict(ab.verdict)
     why = f"screened on this runner (baseline projected by {how}), then {said}"

@@ -77,20 +77,28 @@ def speed_call(
     if math.isnan(change):
         return SpeedCall("NONE", mb, mc, change, math.nan, threshold, "no timing on one side")
     p = mann_whitney_p(base, cur)
-    significant = math.isfinite(p) and p < alpha
-    big = abs(change) > threshold
+    call = call_of(change, p, threshold, alpha)
     pct = f"{change:+.2%} median"
     limit = f"threshold {threshold:.2%}"
     p_txt = f"p={p:.2g}" if math.isfinite(p) else f"no test (n={len(base)}/{len(cur)})"
+    significant = math.isfinite(p) and p < alpha
+    why = (f"{pct}, {p_txt}, beyond {limit}" if call in ("SLOWER", "FASTER")
+           else f"{pct}, {p_txt} but within {limit}" if significant
+           else f"{pct} beyond {limit} but not significant ({p_txt})" if call == "AMBIGUOUS"
+           else f"{pct}, {p_txt}")
+    return SpeedCall(call, mb, mc, change, p, threshold, why)
+
+
+def call_of(change: float, p: float, threshold: float, alpha: float) -> str:
+    """The speed call of a change: significant (``p < alpha``) and beyond ``threshold``
+    -> SLOWER / FASTER; significant but within it -> SAME; not significant but beyond it
+    -> AMBIGUOUS; otherwise SAME (``speed_call``'s rule, also read back from a verdict
+    that kept its change, p-value and threshold)."""
+    significant = math.isfinite(p) and p < alpha
+    big = abs(change) > threshold
     if significant and big:
-        call = "SLOWER" if change > 0 else "FASTER"
-        return SpeedCall(call, mb, mc, change, p, threshold, f"{pct}, {p_txt}, beyond {limit}")
-    if significant:
-        return SpeedCall("SAME", mb, mc, change, p, threshold, f"{pct}, {p_txt} but within {limit}")
-    if big:
-        return SpeedCall("AMBIGUOUS", mb, mc, change, p, threshold,
-                         f"{pct} beyond {limit} but not significant ({p_txt})")
-    return SpeedCall("SAME", mb, mc, change, p, threshold, f"{pct}, {p_txt}")
+        return "SLOWER" if change > 0 else "FASTER"
+    return "AMBIGUOUS" if big and not significant else "SAME"
 
 
 def pairwise_median_drift(medians: Sequence[float]) -> list[float]:

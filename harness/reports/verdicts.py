@@ -40,6 +40,8 @@ class Verdict(str, Enum):
 FAILING = frozenset({Verdict.SLOWER, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
                      Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH, Verdict.MISSING,
                      Verdict.ERROR, Verdict.WINNER_CHANGED})
+#: The verdicts of a row's speed call (an A/B's reading is one of these).
+SPEED_CALLS = frozenset({Verdict.SLOWER, Verdict.SAME, Verdict.FASTER, Verdict.AMBIGUOUS})
 PRIORITY = (Verdict.ERROR, Verdict.MISSING, Verdict.WORSE_ACCURACY, Verdict.LESS_ACCURATE,
              Verdict.NONDETERMINISTIC, Verdict.LOST_DISPATCH,
              Verdict.SLOWER, Verdict.WINNER_CHANGED, Verdict.AMBIGUOUS, Verdict.FASTER,
