@@ -1,7 +1,8 @@
 """Every job of the H100 device calls committed under docs/data (the ninth session's
 d1-d3, the tenth's e1-e2, the eleventh's f1, the twelfth's g1, the thirteenth's h1;
 docs/measurement.md §9.8-9.13, §16.4-16.7) and of the fourteenth's H200 call k1 (§9.14)
-and H100 call m1 (§16.8), and the fifteenth's H100 calls n1-n4 (§16.9)
+and H100 call m1 (§16.8), the fifteenth's H100 calls n1-n4 (§16.9) and the sixteenth's
+H100 calls p1-p4 (§16.10)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
@@ -25,6 +26,7 @@ H1, H1B = "h1/{}/82ffd795e41b/sm90", "h1/{}/a774eb468413/sm90"
 K1 = "k1/{}/ac2af219046d/sm90"
 M1 = "m1/{}/d1be0af4ca56/sm90"
 N1 = "n1/{}/35605860ce94/sm90"
+P = "p{}/{}/d102c2b5f461/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -69,6 +71,17 @@ ARCHIVES = {
         "n3/foreign/b028f598f44f/sm90": (True, False, 1, 380),
         "n3/regressforeign/03bd3771955d/sm90": (True, False, 0, 380),
         "n4/regressforeign/d8b440c57117/sm90": (True, False, 1, 380)}),
+    # the sixteenth session's four fresh H100s, all at d102c2b: p1, p2 foreign + regression,
+    # p3 same-model fresh and warm + foreign, p4 same-model + the planted 3%
+    "h100-2026-12-06-p.tar.gz": ("h100-2026-12-06-p", {
+        P.format(1, "foreign"): (True, False, 0, 380),
+        "p1/regressforeign/39fd1e66de85/sm90": (True, False, 1, 380),
+        P.format(2, "foreign"): (True, False, 0, 380),
+        "p2/regressforeign/38ecdf191dc9/sm90": (True, False, 1, 380),
+        P.format(3, "aa"): (False, False, 0, 380), P.format(3, "aa2"): (False, False, 0, 380),
+        P.format(3, "foreign"): (True, False, 0, 380),
+        P.format(4, "aa"): (False, False, 0, 380),
+        P.format(4, "plantedjob3"): (False, True, 1, 280)}),
 }
 
 
