@@ -131,3 +131,18 @@ def test_the_same_model_jobs_pass_and_one_peer_row_errs(runs):
     verdicts = runs(_dir("p4", "aa"), "production.json")["gate"]["verdicts"]
     assert {k: v for k, v in verdicts.items() if v != "SAME"} == {
         "M256-N8192-K2048-g128-s0|marlin_fused_zero|graph": "ERROR"}
+
+
+def test_every_unchanged_jobs_extra_rounds_read_same(runs):
+    """§9.16's room under the 2% line: the 29 rows of p1-p4's unchanged jobs that went to
+    the extra rounds read -0.47% to +2.05% (the last against its own threshold of 2.17%)."""
+    changes = []
+    for call, run in (("p1", "foreign"), ("p2", "foreign"), ("p3", "foreign"),
+                      ("p3", "aa"), ("p3", "aa2"), ("p4", "aa")):
+        for matrix in ("production", "swiglu"):
+            doc = runs(_dir(call, run), f"{matrix}.json").get("ab_confirm") or {"rows": {}}
+            for row in doc["rows"].values():
+                if row.get("rounds") == 7:
+                    assert row["verdict"] == "SAME"
+                    changes.append(round(row["change"], 4))
+    assert (len(changes), min(changes), max(changes)) == (29, -0.0047, 0.0205)
