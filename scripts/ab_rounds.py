@@ -1,0 +1,175 @@
+"""Each row's B/A change in every round of a stored job's A/B: the single readings that the
+A/B's verdict pools, to see whether a close call came from one round or from all of them.
+
+    python scripts/ab_rounds.py RUN_DIR [--path fp16_cache] [--extended] [--row KEY ...]
+    python scripts/ab_rounds.py RUN_DIR --summary
+
+RUN_DIR is a job's stored run (``<results>/<commit>/<arch>``). Its A/B benches lie under
+``ab/<matrices>/runs/roundR/<side>/`` (side ``B``, and ``A`` or one ``A@<commit>`` per
+baseline commit); where the A/B was seeded (a job on a GPU model without a baseline of its
+own), round 0 is the machine factor's bench at the baseline's commit
+(``ab/projection/base-<commit>/``) against the job's own bench (RUN_DIR's rows). One line
+per row: its key, the A/B's verdict and change as the job stored them, the number of
+rounds, the rounds' mean and standard deviation, then each round's change in percent.
+
+``--summary``: for a seeded A/B, the mean change of round 0 against the mean of the later
+rounds over the rows measured in three rounds at least (round 0's side B is the bench
+reading the screen chose those rows by), and how many of them the extra-rounds rule
+(``ab_undecided_se`` standard errors of ``min_effect``, on the means of the rounds' log
+medians) would call close on the first three rounds, with side B's round 0 and without it
+(docs/measurement.md §16.10). Reads files only, so it runs wherever the results were copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from harness.results.store import load_run  # noqa: E402  (the checkout's package)
+
+Key = tuple[str, str, str]
+#: row -> {round: (A's median, B's median)}
+Rounds = dict[Key, dict[int, tuple[float, float]]]
+
+
+def _times(folders: list[Path], mode: str) -> dict[Key, float]:
+    """Each ok row's median time in ``mode`` over the result folders given (joined)."""
+    out: dict[Key, float] = {}
+    for folder in folders:
+        for row in load_run(folder).rows:
+            if row.mode == mode and row.status == "ok" and row.time_us_median > 0:
+                out[row.key] = row.time_us_median
+    return out
+
+
+def _sides(round_dir: Path) -> tuple[list[Path], list[Path]]:
+    """A's result folders (one per baseline commit) and B's, of one round."""
+    dirs = sorted(p for p in round_dir.iterdir() if p.is_dir())
+    return ([p for p in dirs if p.name == "A" or p.name.startswith("A@")],
+            [p for p in dirs if p.name == "B"])
+
+
+def rounds_of(run_dir: Path, mode: str = "graph") -> Rounds:
+    """Row -> {round: (A's median, B's median)} over every A/B of the stored run."""
+    out: Rounds = {}
+
+    def add(number: int, a: dict[Key, float], b: dict[Key, float]) -> None:
+        for key, t_a in a.items():
+            if key in b:
+                out.setdefault(key, {})[number] = (t_a, b[key])
+
+    for ab in sorted(p for p in (run_dir / "ab").glob("*") if (p / "runs").is_dir()):
+        numbers = {int(p.name.removeprefix("round")): p for p in (ab / "runs").glob("round*")
+                   if p.name.removeprefix("round").isdigit()}
+        for number, folder in sorted(numbers.items()):
+            a, b = _sides(folder)
+            if a and b:
+                add(number, _times(a, mode), _times(b, mode))
+        bases = sorted(p for p in (run_dir / "ab" / "projection").glob("base-*")
+                       if p.is_dir() and "." not in p.name)
+        if 0 not in numbers and bases:          # seeded: round 0 is the factor's and the bench's
+            wanted = set(out)
+            add(0, {k: v for k, v in _times(bases, mode).items() if k in wanted},
+                _times([run_dir], mode))
+    return out
+
+
+def stored_readings(run_dir: Path) -> dict[str, dict]:
+    """'case|path|mode' -> the job's stored A/B reading (verdict, change, rounds)."""
+    out: dict[str, dict] = {}
+    for meta in sorted(run_dir.glob("*.json")):
+        doc = json.loads(meta.read_text())
+        record = (doc.get("extra") or doc).get("ab_confirm") if isinstance(doc, dict) else None
+        if isinstance(record, dict):
+            out.update(record.get("rows") or {})
+    return out
+
+
+def _change(pair: tuple[float, float]) -> float:
+    return 100 * (pair[1] / pair[0] - 1)
+
+
+def lines(run_dir: Path, mode: str = "graph", path: str | None = None,
+          extended: bool = False, rows: tuple[str, ...] = ()) -> list[str]:
+    readings = stored_readings(run_dir)
+    out = []
+    for key, per_round in sorted(rounds_of(run_dir, mode).items()):
+        name = "|".join(key)
+        stored = readings.get(name, {})
+        if path and key[1] != path or rows and name not in rows and "|".join(key[:2]) not in rows:
+            continue
+        if extended and not stored.get("rounds"):
+            continue
+        values = [_change(per_round[r]) for r in sorted(per_round)]
+        sd = statistics.stdev(values) if len(values) > 1 else float("nan")
+        change = stored.get("change")
+        said = f"{stored.get('verdict', '-')} {change:+.2%}" if change is not None else "-"
+        out.append(f"{name} {said}; {len(values)} rounds, mean {statistics.mean(values):+.2f}%, "
+                   f"sd {sd:.2f}: " + " ".join(f"r{r}:{_change(per_round[r]):+.2f}"
+                                               for r in sorted(per_round)))
+    return out
+
+
+def close_call(a: list[float], b: list[float], min_effect: float, z: float) -> bool:
+    """The extra-rounds rule on round medians: the difference of the sides' mean log
+    medians within ``z`` pooled standard errors of log1p(min_effect), or beyond it."""
+    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
+    diff = statistics.fmean(lb) - statistics.fmean(la)
+    ss = sum((x - statistics.fmean(side)) ** 2 for side in (la, lb) for x in side)
+    se = math.sqrt(ss / (len(la) + len(lb) - 2)) * math.sqrt(1 / len(la) + 1 / len(lb))
+    line = math.log1p(min_effect)
+    return diff > line or abs(diff - line) < z * se
+
+
+def summary(run_dir: Path, mode: str = "graph", min_effect: float = 0.02,
+            z: float = 2.5) -> str:
+    """Round 0 against the later rounds, and the close calls with and without B's round 0."""
+    data = {k: v for k, v in rounds_of(run_dir, mode).items() if {0, 1, 2} <= set(v)}
+    if not data:
+        return f"{run_dir}: no row with rounds 0, 1 and 2"
+    first = [_change(v[0]) for v in data.values()]
+    later = [statistics.fmean(_change(x) for r, x in v.items() if r) for v in data.values()]
+    with_b0 = without = 0
+    for v in data.values():
+        a = [v[r][0] for r in (0, 1, 2)]
+        with_b0 += close_call(a, [v[r][1] for r in (0, 1, 2)], min_effect, z)
+        without += close_call(a, [v[r][1] for r in (1, 2)], min_effect, z)
+    return (f"{run_dir}: {len(data)} rows; round 0 mean {statistics.fmean(first):+.2f}%, "
+            f"later rounds mean {statistics.fmean(later):+.2f}%; close calls on rounds 0-2: "
+            f"{with_b0} with B's round 0, {without} without")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run", type=Path, help="a job's stored run directory (.../<commit>/<arch>)")
+    p.add_argument("--mode", default="graph", help="the timing mode (default graph)")
+    p.add_argument("--path", default=None, help="only this path's rows")
+    p.add_argument("--extended", action="store_true",
+                   help="only the rows the A/B judged on extra rounds")
+    p.add_argument("--row", action="append", default=[],
+                   help="only this row ('case|path' or 'case|path|mode'; repeatable)")
+    p.add_argument("--summary", action="store_true",
+                   help="round 0 against the later rounds, and the close calls without it")
+    args = p.parse_args(argv)
+    if not (args.run / "ab").is_dir():
+        print(f"ab_rounds: {args.run} has no ab/ folder (no A/B ran for this run)",
+              file=sys.stderr)
+        return 2
+    if args.summary:
+        print(summary(args.run, args.mode))
+        return 0
+    for line in lines(args.run, args.mode, args.path, args.extended, tuple(args.row)):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
