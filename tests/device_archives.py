@@ -65,3 +65,27 @@ def check_replay(root: Path, run_dir: Path, spec: tuple, out: Path, capsys) -> N
     assert main(args + (["--partial"] if partial else [])) == code
     assert f"verdicts agree with the bench's stored gate on all {rows} rows" \
         in capsys.readouterr().out
+
+
+#: the paths whose graph rows gate a job (the peers tinygemm and marlin_fused_zero do not)
+GATING_PATHS = ("fp16_cache", "marlin_asym", "native_int4", "native_int4_fused")
+
+
+def gated_verdicts(runs: Runs, folder: str, matrix: str) -> dict[str, list[str]]:
+    """Each gated (graph) row's verdict of ``matrix`` in a stored run, by path."""
+    out: dict[str, list[str]] = {}
+    for key, verdict in runs(folder, f"{matrix}.json")["gate"]["verdicts"].items():
+        _, path, mode = key.split("|")
+        if mode == "graph" and path in GATING_PATHS:
+            out.setdefault(path, []).append(verdict)
+    return out
+
+
+def check_job(runs: Runs, folder: str, uuid: str, want: tuple[int, int],
+              gpu: str = "NVIDIA H100 80GB HBM3") -> None:
+    """A stored job ran on the GPU ``uuid`` names and ended as ``want`` (exit code, whole
+    seconds of its time line's total)."""
+    env = runs(folder, "production.json")["environment"]
+    assert env["gpu_uuid"] == uuid and env["gpu_name"] == gpu
+    got = runs(folder, "job.json")
+    assert (got["exit_code"], round(got["seconds"]["total"])) == want

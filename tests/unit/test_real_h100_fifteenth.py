@@ -6,7 +6,7 @@ report`)."""
 from __future__ import annotations
 
 import pytest
-from device_archives import archive_fixture
+from device_archives import archive_fixture, check_job, gated_verdicts
 
 runs = archive_fixture("h100-2026-12-06-n.tar.gz", "h100-2026-12-06-n")
 UUIDS = {"n1": "efa112e4-f520-0761-8e65-3f6f33e5c95f",
@@ -28,25 +28,9 @@ def _dir(call, run, commit):
     return f"{call}/{run}/{commit}/sm90"
 
 
-def _gated(runs, folder, matrix):
-    """Each gated (graph) row's verdict by path."""
-    verdicts = runs(folder, f"{matrix}.json")["gate"]["verdicts"]
-    out: dict[str, list[str]] = {}
-    for key, verdict in verdicts.items():
-        _, path, mode = key.split("|")
-        if mode == "graph" and path in ("fp16_cache", "marlin_asym", "native_int4",
-                                        "native_int4_fused"):
-            out.setdefault(path, []).append(verdict)
-    return out
-
-
 @pytest.mark.parametrize("job", sorted(JOBS))
 def test_each_job_its_card_exit_and_time(runs, job):
-    folder = _dir(*job)
-    env = runs(folder, "production.json")["environment"]
-    assert env["gpu_uuid"] == UUIDS[job[0]] and env["gpu_name"] == "NVIDIA H100 80GB HBM3"
-    got = runs(folder, "job.json")
-    assert (got["exit_code"], round(got["seconds"]["total"])) == JOBS[job]
+    check_job(runs, _dir(*job), UUIDS[job[0]], JOBS[job])
 
 
 def test_the_foreign_job_within_one_and_a_half_same_model_jobs(runs):
@@ -64,14 +48,14 @@ def test_the_foreign_job_within_one_and_a_half_same_model_jobs(runs):
 @pytest.mark.parametrize("call, commit", [("n1", "35605860ce94"), ("n2", "b028f598f44f")])
 def test_an_unchanged_commit_gets_a_speed_verdict_on_every_gated_row(runs, call, commit):
     for matrix, n in (("production", 56), ("swiglu", 14)):
-        gated = _gated(runs, _dir(call, "foreign", commit), matrix)
+        gated = gated_verdicts(runs, _dir(call, "foreign", commit), matrix)
         assert all(v == ["SAME"] * n for v in gated.values()), (matrix, gated)
 
 
 def _failing_paths(runs, folder):
     out = {}
     for matrix in ("production", "swiglu"):
-        for path, verdicts in _gated(runs, folder, matrix).items():
+        for path, verdicts in gated_verdicts(runs, folder, matrix).items():
             if "SLOWER" in verdicts:
                 out[(matrix, path)] = verdicts.count("SLOWER")
     return out
@@ -94,7 +78,7 @@ def test_the_regression_fails_fp16_cache_and_what_else_each_call_read(runs):
     n4 = runs(_dir("n4", "regressforeign", "d8b440c57117"), "production.json")
     row = n4["ab_confirm"]["rows"]["M1-N6144-K2048-g128-s0|marlin_asym|graph"]
     assert row["source"] == "screened" and round(row["change"], 4) == 0.0278
-    n3 = _gated(runs, _dir("n3", "regressforeign", "03bd3771955d"), "production")
+    n3 = gated_verdicts(runs, _dir("n3", "regressforeign", "03bd3771955d"), "production")
     assert n3["fp16_cache"] == ["TIMING_NOT_COMPARABLE"] * 56
 
 

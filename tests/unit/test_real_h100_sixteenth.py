@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from device_archives import archive_fixture
+from device_archives import archive_fixture, check_job, gated_verdicts
 
 runs = archive_fixture("h100-2026-12-06-p.tar.gz", "h100-2026-12-06-p")
 HEAD = "d102c2b5f461"
@@ -22,28 +22,17 @@ JOBS = {("p1", "foreign", HEAD): (0, 174), ("p1", "regressforeign", "39fd1e66de8
         ("p3", "aa", HEAD): (0, 139), ("p3", "aa2", HEAD): (0, 117),
         ("p3", "foreign", HEAD): (0, 165),
         ("p4", "aa", HEAD): (0, 130), ("p4", "plantedjob3", HEAD): (1, 165)}
-GATING = ("fp16_cache", "marlin_asym", "native_int4", "native_int4_fused")
 
 
 def _dir(call, run, commit=HEAD):
     return f"{call}/{run}/{commit}/sm90"
 
 
-def _gated(runs, folder, matrix):
-    """Each gated (graph) row's verdict by path."""
-    out: dict[str, list[str]] = {}
-    for key, verdict in runs(folder, f"{matrix}.json")["gate"]["verdicts"].items():
-        _, path, mode = key.split("|")
-        if mode == "graph" and path in GATING:
-            out.setdefault(path, []).append(verdict)
-    return out
-
-
 def _failing(runs, folder, matrices=("production", "swiglu")):
     """(matrix, path) -> the number of its gated rows read other than SAME or FASTER."""
     out = {}
     for matrix in matrices:
-        for path, verdicts in _gated(runs, folder, matrix).items():
+        for path, verdicts in gated_verdicts(runs, folder, matrix).items():
             bad = [v for v in verdicts if v not in ("SAME", "FASTER")]
             if bad:
                 out[(matrix, path)] = len(bad)
@@ -52,17 +41,13 @@ def _failing(runs, folder, matrices=("production", "swiglu")):
 
 @pytest.mark.parametrize("job", sorted(JOBS))
 def test_each_job_its_card_commit_exit_and_time(runs, job):
-    folder = _dir(*job)
-    env = runs(folder, "production.json")["environment"]
-    assert env["gpu_uuid"] == UUIDS[job[0]] and env["gpu_name"] == "NVIDIA H100 80GB HBM3"
-    got = runs(folder, "job.json")
-    assert (got["exit_code"], round(got["seconds"]["total"])) == JOBS[job]
+    check_job(runs, _dir(*job), UUIDS[job[0]], JOBS[job])
 
 
 @pytest.mark.parametrize("call", ["p1", "p2", "p3"])
 def test_the_unchanged_commit_on_a_foreign_model_reads_same_on_every_gated_row(runs, call):
     for matrix, n in (("production", 56), ("swiglu", 14)):
-        gated = _gated(runs, _dir(call, "foreign"), matrix)
+        gated = gated_verdicts(runs, _dir(call, "foreign"), matrix)
         assert all(v == ["SAME"] * n for v in gated.values()), (call, matrix, gated)
 
 
