@@ -62,10 +62,8 @@ class Settings:
     """
 
     preset: str
-    rel_err_gate: float = _setting(
-        1e-3, "mean|C-ref| / mean|ref| above this fails accuracy")
-    min_effect: float = _setting(
-        0.02, "smallest relative slowdown that can be called SLOWER")
+    rel_err_gate: float = _setting(1e-3, "mean|C-ref| / mean|ref| above this fails accuracy")
+    min_effect: float = _setting(0.02, "smallest relative slowdown that can be called SLOWER")
     alpha: float = _setting(
         0.01, "Mann-Whitney significance level of a SLOWER / FASTER call",
         high=1.0, open_low=True, open_high=True)
@@ -85,6 +83,9 @@ class Settings:
     ab_undecided_se: float = _setting(2.5, "A/B: ... and of a row whose change is within this "
                                       "many standard errors of min_effect (0: off)", high=10.0,
                                       stored_default=0.0)
+    ab_screen_round: int = _setting(0, "another GPU model: 1 = the A/B's round 0 is the readings "
+                                    "the screen chose its rows by (biased); 0 = measured", high=1,
+                                    stored_default=1)
     projection_sample: int = _setting(
         0, "another GPU model: rows per class (path, mode, M bucket) measured here at the "
         "baseline's commit for the machine factor; 0: every gated row", low=0, high=10000,
@@ -133,9 +134,8 @@ class Settings:
         stored_default=0.25)
     rms_ulp_growth: float = _setting(
         0.10, "LESS_ACCURATE: the relative part of the rms_ulp_p99 allowance", stored_default=0.10)
-    graph_idle_ratio: float = _setting(
-        1.0, "graph mode: untimed GPU idle after each timed batch, x the batch's time",
-        stored_default=0.0)
+    graph_idle_ratio: float = _setting(1.0, "graph mode: untimed GPU idle after each timed "
+                                       "batch, x the batch's time", stored_default=0.0)
     source: str = PACKAGED_SOURCE
     overrides: tuple[str, ...] = ()
 

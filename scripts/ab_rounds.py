@@ -13,7 +13,7 @@ per row: its key, the A/B's verdict and change as the job stored them, the numbe
 rounds, the rounds' mean and standard deviation, then each round's change in percent.
 
 ``--summary``: for a seeded A/B, the mean change of round 0 against the mean of the later
-rounds over the rows measured in three rounds at least (round 0's side B is the bench
+rounds over the rows the A/B read (round 0's side B is the bench
 reading the screen chose those rows by), and how many of them the extra-rounds rule
 (``ab_undecided_se`` standard errors of ``min_effect``, on the means of the rounds' log
 medians) would call close on the first three rounds, with side B's round 0 and without it
@@ -132,7 +132,9 @@ def close_call(a: list[float], b: list[float], min_effect: float, z: float) -> b
 def summary(run_dir: Path, mode: str = "graph", min_effect: float = 0.02,
             z: float = 2.5) -> str:
     """Round 0 against the later rounds, and the close calls with and without B's round 0."""
-    data = {k: v for k, v in rounds_of(run_dir, mode).items() if {0, 1, 2} <= set(v)}
+    stored = stored_readings(run_dir)     # the rows the A/B read (not projected, screened)
+    data = {k: v for k, v in rounds_of(run_dir, mode).items() if {0, 1, 2} <= set(v)
+            and "|".join(k) in stored and not stored["|".join(k)].get("source")}
     if not data:
         return f"{run_dir}: no row with rounds 0, 1 and 2"
     first = [_change(v[0]) for v in data.values()]
@@ -142,9 +144,15 @@ def summary(run_dir: Path, mode: str = "graph", min_effect: float = 0.02,
         a = [v[r][0] for r in (0, 1, 2)]
         with_b0 += close_call(a, [v[r][1] for r in (0, 1, 2)], min_effect, z)
         without += close_call(a, [v[r][1] for r in (1, 2)], min_effect, z)
+    four = [v for k, v in data.items() if 3 in v and stored["|".join(k)].get("rounds")]
+    on_0_2 = sum(close_call([v[r][0] for r in (0, 1, 2)], [v[r][1] for r in (0, 1, 2)],
+                            min_effect, z) for v in four)
+    on_1_3 = sum(close_call([v[r][0] for r in (1, 2, 3)], [v[r][1] for r in (1, 2, 3)],
+                            min_effect, z) for v in four)
     return (f"{run_dir}: {len(data)} rows; round 0 mean {statistics.fmean(first):+.2f}%, "
             f"later rounds mean {statistics.fmean(later):+.2f}%; close calls on rounds 0-2: "
-            f"{with_b0} with B's round 0, {without} without")
+            f"{with_b0} with B's round 0, {without} without; of the {len(four)} rows judged on "
+            f"extra rounds, {on_0_2} on rounds 0-2, {on_1_3} on rounds 1-3")
 
 
 def main(argv: list[str] | None = None) -> int:

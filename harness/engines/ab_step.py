@@ -77,10 +77,11 @@ class Confirmation:
     records; per matrix its new exit code (``ab_confirm`` says what). ``close()`` (or
     leaving a ``with`` block) kills what is still held.
 
-    On another GPU model, the A/B of the rows the projection screens starts from what was
-    measured already: the factor's readings at the baseline's commits are its round 0 of
-    side A and the job's own bench its round 0 of side B (``compare``'s ``seeds``), so it
-    measures ``rounds - 1`` more rounds of each side."""
+    On another GPU model, with ``ab_screen_round`` 1, the A/B of the rows the projection
+    screens starts from what was measured already: the factor's readings at the baseline's
+    commits are its round 0 of side A and the job's own bench its round 0 of side B
+    (``compare``'s ``seeds``), so it measures ``rounds - 1`` more rounds of each side. The
+    default (0) measures every round: the screen chose the rows by those readings."""
 
     def __init__(self, run_dir: Path, matrices: list[str], *, baselines: str | Path,
                  arch: str, settings: Settings, rounds: int = 3, repo: Path = Path("."),
@@ -244,11 +245,15 @@ class Confirmation:
         return readings, heads
 
     def _seeds(self, members: list, measured: Mapping) -> dict[str, list] | None:
-        """Round 0 of both sides where every row to confirm was measured at its baseline
-        commit by the machine factor (another GPU model, ``projection_sample`` 0), and
-        measured there and in the job's bench without error: side A those readings, side
-        B the job's own; else None (every round measured)."""
-        if self.rounds < 2 or not members or not all(
+        """With ``ab_screen_round`` 1, round 0 of both sides where every row to confirm was
+        measured at its baseline commit by the machine factor (another GPU model,
+        ``projection_sample`` 0), and measured there and in the job's bench without error:
+        side A those readings, side B the job's own; else None (every round measured).
+        Those readings are the ones the screen compared to choose the rows, so on the rows
+        it chose their ratio leans the way they moved (an unchanged H100's rounds 0 read
+        +2.1..2.7% against -0.8..+1.0% for its later rounds, docs/measurement.md §16.10):
+        the default (0) measures every round."""
+        if not self.settings.ab_screen_round or self.rounds < 2 or not members or not all(
                 m in self.models and (m, v.key) in measured
                 and measured[(m, v.key)].status == "ok" and v.current.status == "ok"
                 for m, v in members):

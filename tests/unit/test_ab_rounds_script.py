@@ -42,14 +42,16 @@ def test_a_foreign_jobs_round_0_is_the_screens_reading(runs):
         per = rows[tuple(name.split("|")) + ("graph",)]
         assert len(per) == 7 and per[0][1] / per[0][0] - 1 > 0.02
     assert ab_rounds.summary(_run(runs, "p2", "foreign")).endswith(
-        "16 rows; round 0 mean +2.15%, later rounds mean +0.38%; close calls on rounds 0-2: "
-        "14 with B's round 0, 13 without")
+        "14 rows; round 0 mean +2.44%, later rounds mean +0.43%; close calls on rounds 0-2: "
+        "14 with B's round 0, 13 without; of the 13 rows judged on extra rounds, 13 on "
+        "rounds 0-2, 5 on rounds 1-3")
 
 
 def test_a_same_model_jobs_round_0_has_no_such_lift(runs):
     assert ab_rounds.summary(_run(runs, "p4", "aa")).endswith(
         "6 rows; round 0 mean -0.75%, later rounds mean -0.49%; close calls on rounds 0-2: "
-        "3 with B's round 0, 3 without")
+        "3 with B's round 0, 3 without; of the 2 rows judged on extra rounds, 2 on rounds "
+        "0-2, 1 on rounds 1-3")
 
 
 @pytest.mark.parametrize("args, code, said", [

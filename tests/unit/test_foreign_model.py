@@ -382,18 +382,21 @@ class Pipelining(OnTheRunner):
 
 
 @pytest.mark.parametrize("slow, exit_code", [({}, 0), ({"fp16_cache": 1.05}, 1)])
-def test_the_factor_starts_before_the_ppl_step_and_seeds_the_ab(tmp_path, slow, exit_code):
+@pytest.mark.parametrize("screen_round", [0, 1])
+def test_the_factor_starts_before_the_ppl_step_then_the_ab(tmp_path, slow, exit_code,
+                                                           screen_round):
     """``Confirmation.start`` (before the job's ppl step) starts the factor's benches,
     held at their gates, and measures nothing; ``finish`` measures them, then A/Bs the
-    screened rows with the factor's readings as side A's round 0 and the job's own as
-    side B's: rounds - 1 benches of each side, the record still of ``rounds`` rounds."""
+    screened rows: by default every round of each side measured; with ``ab_screen_round``
+    1 the factor's readings are side A's round 0 and the job's own side B's (rounds - 1
+    benches of each side, the record still of ``rounds`` rounds)."""
     repo, base_sha, head_sha = _repo(tmp_path, slow)
     run_dir, _ = _stored(tmp_path, base_sha, head_sha, slow)
     fake = Pipelining()
     seconds: dict[str, float] = {}
     with Confirmation(run_dir, ["synthetic"], baselines=tmp_path / "baselines", arch="sm90",
-                      settings=S, rounds=3, repo=repo, runner=fake, echo=lambda s: None,
-                      seconds=seconds) as conf:
+                      settings=replace(S, ab_screen_round=screen_round), rounds=3, repo=repo,
+                      runner=fake, echo=lambda s: None, seconds=seconds) as conf:
         conf.start()
         assert [e for e, _ in fake.events] == ["start", "start"]   # the factor, and its shadow
         assert fake.events[0][1] == f"projection/base-{base_sha[:12]}" and not fake.calls
@@ -401,19 +404,55 @@ def test_the_factor_starts_before_the_ppl_step_and_seeds_the_ab(tmp_path, slow, 
     assert codes == {"synthetic": exit_code}
     assert {"machine factor", "A/B"} <= set(seconds)
     ab = [c for c in fake.calls if c.out_dir.parent.name != "projection"]
+    rounds = [1, 2] if screen_round else [0, 1, 2]
     if not slow:
-        assert not ab or len(ab) == 2 * 2       # anything screened: rounds 1 and 2, A and B
+        assert not ab or len(ab) == 2 * len(rounds)     # anything screened: A and B each round
         return
-    assert sorted((c.label, c.round) for c in ab) == [("A", 1), ("A", 2), ("B", 1), ("B", 2)]
+    assert sorted((c.label, c.round) for c in ab) == [(s, r) for s in "AB" for r in rounds]
     rec = stored_ab(read_meta(run_dir / "synthetic.json"))
-    assert rec.rounds == 3 and rec.seeded
+    assert rec.rounds == 3 and rec.seeded == bool(screen_round)
     gate = read_meta(run_dir / "synthetic.json").extra["gate"]
     assert any("round 0 of each A/B side: the readings taken before it" in n
-               for n in gate["notes"])
+               for n in gate["notes"]) == bool(screen_round)
     verdicts = _gated(run_dir)
     mine = [v for k, v in verdicts.items() if k[1] == "fp16_cache"]
     assert sum(v == "SLOWER" for v in mine) >= 0.95 * len(mine)
     assert "SLOWER" not in {v for k, v in verdicts.items() if k[1] != "fp16_cache"}
+
+
+def _lift(run_dir, key, by: float) -> None:
+    """One row of the stored run (the job's own bench) read ``by`` slower."""
+    run = load_run(run_dir)
+    rows = [with_samples(r, [t * (1 + by) for t in r.samples()]) if r.key == key else r
+            for r in run.rows]
+    write_run(run_dir, rows, run.metas["synthetic"])
+
+
+@pytest.mark.parametrize("screen_round", [0, 1])
+def test_the_reading_that_chose_a_row_is_no_round_of_its_ab_by_default(tmp_path, screen_round):
+    """Unchanged code whose own bench read one row 3% slow by chance: the screen sends
+    that row to the A/B. Taken as round 0 (``ab_screen_round`` 1) the chance reading
+    widens the rounds' spread and lifts their mean toward the 2% line: a close call, sent
+    to the extra rounds. By default every round is measured afresh: the row reads SAME
+    with no extra round, at the 2% threshold."""
+    repo, base_sha, head_sha = _repo(tmp_path, {})
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, {})
+    key = next(r.key for r in BASE if r.path == "fp16_cache" and r.mode == "graph"
+               and r.M == 64)
+    _lift(run_dir, key, 0.03)
+    run = load_run(run_dir)
+    gate_against_baseline(run.rows, "synthetic", command="harness bench", run_dir=run_dir,
+                          baselines=tmp_path / "baselines", arch="sm90", env=run.environment,
+                          settings=S, measured=S.to_dict(), echo=lambda s: None)
+    ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines", arch="sm90",
+                      settings=replace(S, ab_screen_round=screen_round), rounds=3, repo=repo,
+                      runner=OnTheRunner(), echo=lambda s: None)
+    row = next(r for r in stored_ab(read_meta(run_dir / "synthetic.json")).rows if r.key == key)
+    assert row.verdict == "SAME"
+    if screen_round:
+        assert row.rounds == 3 + S.ab_extra_rounds
+    else:
+        assert row.rounds == 0 and abs(row.change) < 0.005 and row.threshold < 0.021
 
 
 def test_rows_projected_by_a_class_factor_get_every_ab_round_measured(tmp_path):
