@@ -31,6 +31,7 @@
 #           gputests: pytest $GPU_TESTS; correction: `harness study correction` (issue 21);
 #           smollm2: the job's real-model step, its rows copied to $OUT (issue 39)
 #   [STEPS="nox parity planted"] HARNESS_COMMIT=<sha> bash scripts/device_calibration.sh TAG
+#   STEPS_H200="...": the steps instead of STEPS where the card is an H200
 #   shard   issue 22, all four of: shardtest (tests/gpu/test_bench_shard_gpu.py: two workers
 #           sharing GPU 0 against one worker; one worker per GPU where there are several),
 #           and on a host of several GPUs: shardaa (production + parity + edges over
@@ -87,6 +88,12 @@ step() {  # name, then the command
   echo "$name rc=$? $(( $(date +%s) - t1 )) s" | tee -a "$out/$tag-times.txt"
   pack
 }
+# the card, in the times file; STEPS_H200 (optional): the steps on an H200, STEPS on any
+# other card (a call that may get either does the useful thing for the card it gets)
+card=$(nvidia-smi --query-gpu=name,uuid --format=csv,noheader 2>/dev/null | head -1)
+echo "gpu ${card:-none}" | tee -a "$out/$tag-times.txt"
+[ -n "${STEPS_H200:-}" ] && [[ $card == *H200* ]] && STEPS=$STEPS_H200
+echo "steps ${STEPS:-nox parity planted}" | tee -a "$out/$tag-times.txt"
 steps=" ${STEPS:-nox parity planted} "
 # build: HEAD's extension before any step (NO_BUILD=1: not; a fresh machine's first job
 # then compiles it, overlapped with its case data, as a fresh runner's job does)
