@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from ..config import Settings
+from ..engines.aa_baselines import calibrate, lomo_table, record
+from ..engines.baseline_rows import RowFilter, previous_baselines, select_rows, where_to
 from ..errors import HarnessError
 from ..reports.calibration import (
     DEFAULT_COVERAGE,
@@ -50,8 +52,6 @@ from ..results.models import models_of
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run, now_iso
 from ..results.writer import DirLock
-from .aa_baselines import calibrate, lomo_table, record
-from .baseline_rows import RowFilter, previous_baselines, row_filter, select_rows, where_to
 from .common import add_settings_args, csv_list, plain, settings_from_args
 
 ONLY_FASTER_HELP = ("per key, take the new row only where the gate reads it FASTER against the "
@@ -68,6 +68,15 @@ RUNS_HELP = ("A/A result directories of one commit, from separate processes on s
 SAME_CODE_HELP = ("take runs of several commits whose measured code (harness/kernels, "
                   "measure, cases, model) has the same git trees; the baseline names the "
                   "newest of them, its sources every run's own commit")
+
+
+def row_filter(only_faster: bool = False, paths: str | None = None) -> RowFilter:
+    """The filter of ``--only-faster`` and ``--paths P1,P2`` (None: not given); an empty
+    ``--paths`` is refused (one line)."""
+    names = csv_list(paths)
+    if paths is not None and not names:
+        raise HarnessError("--paths: no path named (give e.g. --paths marlin_asym,fp16_cache)")
+    return RowFilter(only_faster=only_faster, paths=tuple(dict.fromkeys(names)))
 
 
 def register(sub: argparse._SubParsersAction) -> None:

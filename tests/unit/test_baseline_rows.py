@@ -17,10 +17,10 @@ from dataclasses import replace
 import pytest
 
 from harness.cli import main
-from harness.commands.aa_baselines import record
-from harness.commands.baseline import accept
-from harness.commands.baseline_rows import RowFilter, row_filter, select_rows
+from harness.commands.baseline import accept, row_filter
 from harness.config import load_settings
+from harness.engines.aa_baselines import record
+from harness.engines.baseline_rows import RowFilter, select_rows
 from harness.errors import HarnessError
 from harness.reports.gate import evaluate
 from harness.reports.stats import with_samples

@@ -11,7 +11,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..config import Settings
-from ..engines.revisions import MEASURED_CODE, same_measured_code
 from ..reports.calibration import (
     DEFAULT_COVERAGE,
     DEFAULT_PRIOR_DF,
@@ -44,6 +43,7 @@ from ..results.schema import Key, ResultRow
 from ..results.store import Run, load_run, now_iso
 from ..results.writer import DirLock
 from .baseline_rows import RowFilter, previous_baselines, select_rows, where_to
+from .revisions import MEASURED_CODE, same_measured_code
 
 
 def _load_aa_runs(run_paths: Sequence[str | Path], echo: Callable[[str], None] = print,

@@ -32,7 +32,6 @@ from ..results.baseline import BaselineMeta, BaselineNotFoundError, read_baselin
 from ..results.models import MODELS_DIR, reference_model, target_dir
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run
-from .common import csv_list
 
 #: The verdicts the summary always counts among the kept rows (others when present).
 SHOWN_KEPT = (Verdict.SAME, Verdict.SLOWER, Verdict.AMBIGUOUS)
@@ -58,15 +57,6 @@ class RowFilter:
     def takes_path(self, path: str) -> bool:
         """Whether rows of ``path`` may be replaced or added."""
         return not self.paths or path in self.paths
-
-
-def row_filter(only_faster: bool = False, paths: str | None = None) -> RowFilter:
-    """The filter of ``--only-faster`` and ``--paths P1,P2`` (None: not given); an empty
-    ``--paths`` is refused (one line)."""
-    names = csv_list(paths)
-    if paths is not None and not names:
-        raise HarnessError("--paths: no path named (give e.g. --paths marlin_asym,fp16_cache)")
-    return RowFilter(only_faster=only_faster, paths=tuple(dict.fromkeys(names)))
 
 
 def previous_baselines(
