@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from harness.results.store import load_run  # noqa: E402  (the checkout's package)
+from harness.reports.stats import mean_difference_se  # noqa: E402  (the checkout's package)
+from harness.results.store import load_run  # noqa: E402
 
 Key = tuple[str, str, str]
 #: row -> {round: (A's median, B's median)}
@@ -120,11 +121,11 @@ def lines(run_dir: Path, mode: str = "graph", path: str | None = None,
 
 def close_call(a: list[float], b: list[float], min_effect: float, z: float) -> bool:
     """The extra-rounds rule on round medians: the difference of the sides' mean log
-    medians within ``z`` pooled standard errors of log1p(min_effect), or beyond it."""
-    la, lb = [math.log(x) for x in a], [math.log(x) for x in b]
-    diff = statistics.fmean(lb) - statistics.fmean(la)
-    ss = sum((x - statistics.fmean(side)) ** 2 for side in (la, lb) for x in side)
-    se = math.sqrt(ss / (len(la) + len(lb) - 2)) * math.sqrt(1 / len(la) + 1 / len(lb))
+    medians within ``z`` standard errors (``stats.mean_difference_se``, as the A/B's
+    ``undecided`` uses) of log1p(min_effect), or beyond it."""
+    key = ("row", "path", "mode")
+    se, _ = mean_difference_se([{key: t} for t in a], [{key: t} for t in b])[key]
+    diff = statistics.fmean(map(math.log, b)) - statistics.fmean(map(math.log, a))
     line = math.log1p(min_effect)
     return diff > line or abs(diff - line) < z * se
 
