@@ -2,7 +2,7 @@
 d1-d3, the tenth's e1-e2, the eleventh's f1, the twelfth's g1, the thirteenth's h1;
 docs/measurement.md §9.8-9.13, §16.4-16.7) and of the fourteenth's H200 call k1 (§9.14)
 and H100 call m1 (§16.8), the fifteenth's H100 calls n1-n4 (§16.9) and the sixteenth's
-H100 calls p1-p4 (§16.10)
+H100 calls p1-p4 (§16.10) and the seventeenth's H100 calls q1-q4 (§16.11)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
@@ -27,6 +27,7 @@ K1 = "k1/{}/ac2af219046d/sm90"
 M1 = "m1/{}/d1be0af4ca56/sm90"
 N1 = "n1/{}/35605860ce94/sm90"
 P = "p{}/{}/d102c2b5f461/sm90"
+Q = "q{}/{}/f34c2994bb21/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -82,6 +83,18 @@ ARCHIVES = {
         P.format(3, "foreign"): (True, False, 0, 380),
         P.format(4, "aa"): (False, False, 0, 380),
         P.format(4, "plantedjob3"): (False, True, 1, 280)}),
+    # the seventeenth session's four fresh H100s, all at f34c299 (the foreign A/B's rounds
+    # all fresh): q1, q2 foreign + regression, q3 same-model fresh and warm + foreign,
+    # q4 same-model + the planted 3%
+    "h100-2026-12-06-q.tar.gz": ("h100-2026-12-06-q", {
+        Q.format(1, "foreign"): (True, False, 0, 380),
+        "q1/regressforeign/b1cc220f7f0e/sm90": (True, False, 1, 380),
+        Q.format(2, "foreign"): (True, False, 0, 380),
+        "q2/regressforeign/208095481ab7/sm90": (True, False, 1, 380),
+        Q.format(3, "aa"): (False, False, 0, 380), Q.format(3, "aa2"): (False, False, 0, 380),
+        Q.format(3, "foreign"): (True, False, 0, 380),
+        Q.format(4, "aa"): (False, False, 0, 380),
+        Q.format(4, "plantedjob3"): (False, True, 1, 280)}),
 }
 
 
