@@ -231,7 +231,8 @@ class Confirmation:
                               rows=only, modes=modes, rounds=self.rounds, confirm=False,
                               runner=current_side_plugins(self.runner, plugins, repo),
                               echo=self.echo, a_parts=parts,
-                              seeds=self._seeds(members, measured))
+                              seeds=self._seeds(members, measured),
+                              decide=[v.key for _, v in members])
         except EXPECTED_ERRORS as exc:
             self.echo(f"harness job: A/B of {', '.join(matrices_ab)} not done, its verdicts "
                       f"stand: {one_line(exc)}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -114,7 +114,7 @@ def compare(
     modes: Sequence[str] = (), rounds: int = 3, runner: BenchRunner = subprocess_runner,
     echo: Callable[[str], None] = print, strict_env: bool = False, confirm: bool = True,
     rows: Sequence[tuple[str, str]] = (), a_parts: Sequence[APart] = (),
-    seeds: Mapping[str, Sequence[ResultRow]] | None = None,
+    seeds: Mapping[str, Sequence[ResultRow]] | None = None, decide: Collection[Key] = (),
 ) -> CompareOutcome:
     """Gate B against A (A is the baseline side). Measured rounds land in ``work_dir/runs``.
 
@@ -126,6 +126,11 @@ def compare(
     ``rows`` ((case_id, path) pairs, ``BenchRequest.rows``) limits each bench to those
     rows, where ``filter`` and ``paths`` would select every path on every case given (the
     AMBIGUOUS round measures exactly its rows either way).
+    ``decide``: the rows whose verdicts the caller reads (``harness job``'s A/B: the rows
+    it confirms); the extra rounds go to the undecided rows among them only (empty: any
+    row). A bench measures more of a case than it is asked (a SwiGLU pair's derived row
+    comes with the row it derives from): q4 of 2026-12-06 gave four extra rounds to an
+    unasked native_int4_fused row whose verdict nothing read.
     ``a_parts`` (``APart``; A must then be a revision, and ``confirm`` False): side A
     measured at several commits, each for its own rows, every round (A's environment and
     label are the first part's); B measures all rows. One pipeline instead of one compare
@@ -248,6 +253,9 @@ def compare(
                                  b_label=b.label, margins=margins, strict_env=strict_env,
                                  echo=lambda line: None)
             keys = undecided(first, settings, rounds_of["A"], rounds_of["B"])
+            if decide:
+                asked = set(decide)
+                keys = [k for k in keys if k in asked]
             if keys:
                 wanted, more = set(keys), range(rounds, rounds + settings.ab_extra_rounds)
                 echo(f"compare: {len(keys)} undecided row(s) (moved beyond "

@@ -62,21 +62,24 @@ class NoisyBench:
     revision's speed. A request naming ``rows`` gets only those measured (the others
     ``unavailable``, as ``harness.engines.bench_rows`` records them)."""
 
-    def __init__(self, offsets=None):
+    def __init__(self, offsets=None, also=None):
         self.calls: list[BenchRequest] = []
         self.seen = {"A": 0, "B": 0}
         self.offsets = offsets or OFFSETS
+        #: (case_id, path) asked -> a row measured with it unasked (a SwiGLU pair's
+        #: derived row comes with the row it derives from)
+        self.also = also or {}
 
     def __call__(self, req: BenchRequest) -> None:
         self.calls.append(req)
         speed = float((req.worktree / "speed.txt").read_text())
+        wanted = set(req.rows) | {self.also[r] for r in req.rows if r in self.also}
         offset = 1.0                 # the noisy row's offsets go to its own processes
-        if not req.rows or (NOISY[0], NOISY[1]) in req.rows:
+        if not wanted or (NOISY[0], NOISY[1]) in wanted:
             offset = self.offsets[req.label][self.seen[req.label]]
             self.seen[req.label] += 1
         rows = resample(BASE, seed=len(self.calls), noise=0.002,
                         factor={NOISY: offset * speed})
-        wanted = set(req.rows)
         rows = [r if not wanted or (r.case_id, r.path) in wanted
                 else replace(r, status="unavailable", error="not among the rows this A/B "
                              "re-measures", samples_us="", n_samples=0)
@@ -128,6 +131,32 @@ def test_the_same_build_stays_same_after_the_extra_rounds(repo, tmp_path):
     assert out.extended == {NOISY: 7}     # beyond 2% after three rounds, SAME: undecided
     assert noisy.verdict == Verdict.SAME and not noisy.fails and noisy.time_change < 0.03
     assert out.result.exit_code == 0
+
+
+@pytest.mark.parametrize("decide", [True, False])
+def test_an_unasked_row_the_bench_measured_anyway_gets_no_extra_round(repo, tmp_path,
+                                                                      decide):
+    """q4 of 2026-12-06 (an H100): the job's A/B asked for 14 native_int4 SwiGLU rows, the
+    bench measured each pair's derived native_int4_fused row with them, and one of those,
+    a close call that no verdict of the job reads, got four extra rounds. With ``decide``
+    (the rows the caller reads) the extra rounds go to those alone; without it (``harness
+    compare``), to any undecided row."""
+    _head(repo, "1.00")
+    asked = (NOISY[0], "marlin_asym")
+    fake = NoisyBench({"A": [1.00, 0.97, 1.00, 0.99, 1.00, 1.01, 1.00],
+                       "B": [1.03, 1.025, 1.00, 1.00, 0.99, 1.00, 1.00]},
+                      also={asked: NOISY[:2]})
+    out = compare("HEAD~1", "HEAD", S, work_dir=tmp_path / "cmp", repo=repo,
+                  matrix="synthetic", rounds=3, runner=fake, confirm=False,
+                  echo=lambda s: None, rows=(asked,),
+                  decide=[(*asked, "graph")] if decide else ())
+    noisy = next(v for v in out.result.verdicts if v.key == NOISY)
+    assert noisy.current.status == "ok" and noisy.verdict == Verdict.SAME
+    if decide:      # measured, beyond the screen on three rounds: undecided, not asked
+        assert out.extended == {} and len(fake.calls) == 6
+        assert noisy.time_change > S.ab_screen
+    else:
+        assert out.extended == {NOISY: 7} and len(fake.calls) == 6 + 8
 
 
 def test_rows_decided_by_the_first_rounds_get_no_extra_round(repo, tmp_path):
