@@ -2,7 +2,7 @@
 d1-d3, the tenth's e1-e2, the eleventh's f1, the twelfth's g1, the thirteenth's h1;
 docs/measurement.md §9.8-9.13, §16.4-16.7) and of the fourteenth's H200 call k1 (§9.14)
 and H100 call m1 (§16.8), the fifteenth's H100 calls n1-n4 (§16.9) and the sixteenth's
-H100 calls p1-p4 (§16.10) and the seventeenth's H100 calls q1-q4 (§16.11)
+H100 calls p1-p4 (§16.10) and the seventeenth's H100 calls q1-q4 (§16.11) and H200 call q5 (§9.17)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
@@ -95,6 +95,9 @@ ARCHIVES = {
         Q.format(3, "foreign"): (True, False, 0, 380),
         Q.format(4, "aa"): (False, False, 0, 380),
         Q.format(4, "plantedjob3"): (False, True, 1, 280)}),
+    # the seventeenth session's H200 at the same commit: the same-model job
+    "h200-2026-12-06-q.tar.gz": ("h200-2026-12-06-q", {
+        Q.format(5, "aa"): (False, False, 0, 380)}),
 }
 
 
