@@ -81,6 +81,19 @@ def gated_verdicts(runs: Runs, folder: str, matrix: str) -> dict[str, list[str]]
     return out
 
 
+def failing(runs: Runs, folder: str,
+            matrices=("production", "swiglu")) -> dict[tuple[str, str], int]:
+    """(matrix, path) -> the number of its gated rows a stored run read other than SAME or
+    FASTER."""
+    out = {}
+    for matrix in matrices:
+        for path, verdicts in gated_verdicts(runs, folder, matrix).items():
+            bad = [v for v in verdicts if v not in ("SAME", "FASTER")]
+            if bad:
+                out[(matrix, path)] = len(bad)
+    return out
+
+
 def check_job(runs: Runs, folder: str, uuid: str, want: tuple[int, int],
               gpu: str = "NVIDIA H100 80GB HBM3") -> None:
     """A stored job ran on the GPU ``uuid`` names and ended as ``want`` (exit code, whole

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from device_archives import archive_fixture, check_job, gated_verdicts
+from device_archives import archive_fixture, check_job, failing, gated_verdicts
 
 runs = archive_fixture("h100-2026-12-06-q.tar.gz", "h100-2026-12-06-q")
 HEAD = "f34c2994bb21"
@@ -26,17 +26,6 @@ JOBS = {("q1", "foreign", HEAD): (0, 178), ("q1", "regressforeign", "b1cc220f7f0
 
 def _dir(call, run, commit=HEAD):
     return f"{call}/{run}/{commit}/sm90"
-
-
-def _failing(runs, folder, matrices=("production", "swiglu")):
-    """(matrix, path) -> the number of its gated rows read other than SAME or FASTER."""
-    out = {}
-    for matrix in matrices:
-        for path, verdicts in gated_verdicts(runs, folder, matrix).items():
-            bad = [v for v in verdicts if v not in ("SAME", "FASTER")]
-            if bad:
-                out[(matrix, path)] = len(bad)
-    return out
 
 
 def _ab_rows(runs, folder, matrix):
@@ -60,7 +49,7 @@ def test_the_unchanged_commit_on_a_foreign_model_reads_same_on_every_gated_row(r
 def test_the_regression_fails_fp16_cache_and_nothing_else(runs, call, commit):
     """Issue 36's two calls at the final code: the real regression (fp16_cache through a
     temporary) fails its 56 + 14 gated graph rows and no row of another path."""
-    assert _failing(runs, _dir(call, "regressforeign", commit)) == {
+    assert failing(runs, _dir(call, "regressforeign", commit)) == {
         ("production", "fp16_cache"): 56, ("swiglu", "fp16_cache"): 14}
 
 
@@ -97,7 +86,7 @@ def test_the_planted_3_percent_on_an_h100(runs):
     spin at 2.75-3.38% (median 2.99%); the A/B read a median of +3.44%, and 21 rows
     judged on extra rounds read +2.15% to +4.05%, all SLOWER."""
     folder = _dir("q4", "plantedjob3")
-    assert _failing(runs, folder, ("production",)) == {("production", "fp16_cache"): 56}
+    assert failing(runs, folder, ("production",)) == {("production", "fp16_cache"): 56}
     verdicts = runs(folder, "production.json")["gate"]["verdicts"]
     assert {k: v for k, v in verdicts.items() if v not in ("SAME", "SLOWER")} == {
         "M1024-N2048-K8192-g128-s0|marlin_fused_zero|graph": "WORSE_ACCURACY"}
@@ -120,7 +109,7 @@ def test_the_same_model_jobs_pass(runs):
     screen sent all 14 native_int4 SwiGLU rows (the path moved beyond 1% against the
     others), all SAME, after a 26 s build of the baseline's commit."""
     for call, run in (("q3", "aa"), ("q3", "aa2"), ("q4", "aa")):
-        assert _failing(runs, _dir(call, run)) == {}
+        assert failing(runs, _dir(call, run)) == {}
     verdicts = runs(_dir("q4", "aa"), "production.json")["gate"]["verdicts"]
     assert sorted(k for k, v in verdicts.items() if v == "FASTER") == [
         "M16-N6144-K2048-gK-s0|fp16_cache|graph", "M32-N6144-K2048-g128-s0|fp16_cache|graph",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 
 import pytest
-from device_archives import archive_fixture, check_job, gated_verdicts
+from device_archives import archive_fixture, check_job, failing, gated_verdicts
 
 runs = archive_fixture("h100-2026-12-06-p.tar.gz", "h100-2026-12-06-p")
 HEAD = "d102c2b5f461"
@@ -28,17 +28,6 @@ def _dir(call, run, commit=HEAD):
     return f"{call}/{run}/{commit}/sm90"
 
 
-def _failing(runs, folder, matrices=("production", "swiglu")):
-    """(matrix, path) -> the number of its gated rows read other than SAME or FASTER."""
-    out = {}
-    for matrix in matrices:
-        for path, verdicts in gated_verdicts(runs, folder, matrix).items():
-            bad = [v for v in verdicts if v not in ("SAME", "FASTER")]
-            if bad:
-                out[(matrix, path)] = len(bad)
-    return out
-
-
 @pytest.mark.parametrize("job", sorted(JOBS))
 def test_each_job_its_card_commit_exit_and_time(runs, job):
     check_job(runs, _dir(*job), UUIDS[job[0]], JOBS[job])
@@ -55,7 +44,7 @@ def test_the_unchanged_commit_on_a_foreign_model_reads_same_on_every_gated_row(r
 def test_the_regression_fails_fp16_cache_and_nothing_else(runs, call, commit):
     """The two calls issue 36 asks for: the real regression (fp16_cache through a
     temporary) fails its 56 + 14 gated graph rows and no row of another path."""
-    assert _failing(runs, _dir(call, "regressforeign", commit)) == {
+    assert failing(runs, _dir(call, "regressforeign", commit)) == {
         ("production", "fp16_cache"): 56, ("swiglu", "fp16_cache"): 14}
 
 
@@ -92,7 +81,7 @@ def test_the_planted_3_percent_on_an_h100(runs):
     and the three rows it read SAME sat at +1.85% to +1.95% after 7 rounds against the
     2% threshold."""
     folder = _dir("p4", "plantedjob3")
-    assert _failing(runs, folder, ("production",)) == {("production", "fp16_cache"): 53}
+    assert failing(runs, folder, ("production",)) == {("production", "fp16_cache"): 53}
     rows = runs(folder, "production.json")["ab_confirm"]["rows"]
     fp16 = {k: v for k, v in rows.items() if "|fp16_cache|" in k}
     missed = sorted(round(v["change"], 4) for v in fp16.values() if v["verdict"] == "SAME")
@@ -112,7 +101,7 @@ def test_the_same_model_jobs_pass_and_one_peer_row_errs(runs):
     peer marlin_fused_zero (not gating) ERROR: its re-check on fresh inputs found rel_err
     1.04e-3 against 2.54e-4 on the first inputs (Marlin's race, §14)."""
     for call, run in (("p3", "aa"), ("p3", "aa2"), ("p4", "aa")):
-        assert _failing(runs, _dir(call, run)) == {}
+        assert failing(runs, _dir(call, run)) == {}
     verdicts = runs(_dir("p4", "aa"), "production.json")["gate"]["verdicts"]
     assert {k: v for k, v in verdicts.items() if v != "SAME"} == {
         "M256-N8192-K2048-g128-s0|marlin_fused_zero|graph": "ERROR"}
