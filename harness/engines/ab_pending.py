@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..config import Settings
-from ..reports.ab_confirm import AB_KEY, ABRecord, ABRow, apply_ab, same_commit, screen_keys
+from ..reports.ab_confirm import AB_KEY, ABRecord, ABRow, apply_ab, moved_paths, same_commit, screen
 from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import stored_partial, write_gate_record
 from ..reports.projection import PROJECTED, SCREENED
@@ -37,6 +37,8 @@ class StoredGate:
     partial: bool | str
     #: another GPU model than the baseline's: (the baseline's model, this run's), else None
     models: tuple[str, str] | None = None
+    #: (path, mode) -> its move against the other paths, where the screen sent it whole
+    moved: Mapping[tuple[str, str], float] = field(default_factory=dict)
 
 
 def stored_gate(run_dir: Path, matrix: str, baselines: str | Path, arch: str,
@@ -59,8 +61,9 @@ def stored_gate(run_dir: Path, matrix: str, baselines: str | Path, arch: str,
     if check.timing_reason:
         return StoredGate(result, base.environment.commit, set(), partial,
                           (base.environment.gpu_name, env.gpu_name))
-    return StoredGate(result, base.environment.commit,
-                      screen_keys(list(run.rows), base.rows, settings, partial=partial), partial)
+    keys, loose = screen(list(run.rows), base.rows, settings, partial=partial)
+    return StoredGate(result, base.environment.commit, keys, partial,
+                      moved=moved_paths(loose.verdicts, settings))
 
 
 @dataclass
@@ -91,8 +94,13 @@ def pending(run_dir: Path, matrix: str, baselines: str | Path, arch: str, settin
     if len(failing) < len(result.failures):
         echo(f"harness job: A/B: {matrix} also fails on other verdicts; confirming its "
              f"{len(failing)} SLOWER row(s) only")
+    whole = [v for v in slow[len(failing):] if (v.path, v.mode) in gate.moved]
+    paths = ", ".join(f"{p} ({m}) {move:+.2%}" for (p, m), move in sorted(gate.moved.items()))
     echo(f"harness job: A/B of {matrix}: {len(failing)} SLOWER row(s), "
-         f"{len(slow) - len(failing)} more moved beyond the {settings.ab_screen:.1%} screen")
+         f"{len(slow) - len(failing) - len(whole)} more moved beyond the "
+         f"{settings.ab_screen:.1%} screen"
+         + (f", {len(whole)} more of a path that moved beyond {settings.ab_path_screen:.1%} "
+            f"against the others: {paths}" if whole else ""))
     return Pending(result, base_commit, slow, partial), gate
 
 

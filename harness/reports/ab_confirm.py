@@ -178,12 +178,20 @@ def screen(current: Sequence[ResultRow], baseline: Sequence[ResultRow], settings
     loose = replace(settings, min_effect=settings.ab_screen)
     res = evaluate(current, baseline, loose, margins={}, partial=partial)
     keys = {v.key for v in res.failures if v.verdict == Verdict.SLOWER}
-    moves = path_moves(res.verdicts, against_others)
+    moved = moved_paths(res.verdicts, settings, against_others)
     for v in res.verdicts:
-        if (_both_ok(v) and moves.get((v.path, v.mode), 0.0) > settings.ab_path_screen
+        if (_both_ok(v) and (v.path, v.mode) in moved
                 and row_fails(Verdict.SLOWER, v.current.role, v.mode, settings)):
             keys.add(v.key)
     return keys, res
+
+
+def moved_paths(verdicts: Sequence, settings: Settings,
+                against_others: bool = True) -> dict[tuple[str, str], float]:
+    """(path, mode) -> its move (``path_moves``), for the paths that moved beyond
+    ``settings.ab_path_screen``: the screen sends their gated rows whole."""
+    return {k: m for k, m in path_moves(verdicts, against_others).items()
+            if m > settings.ab_path_screen}
 
 
 def _both_ok(v) -> bool:

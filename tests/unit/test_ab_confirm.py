@@ -332,6 +332,22 @@ def test_the_screen_flags_rows_beyond_it_and_every_row_of_a_path_that_moved_as_a
         == set()
 
 
+def test_the_job_says_which_rows_a_path_wide_move_sent(tmp_path):
+    """q4 of 2026-12-06: the screen sent 14 SwiGLU rows that had each moved under 0.5%,
+    for their path's move against the others, and the job's line said they "moved beyond
+    the 2.0% screen". It now counts them apart and names the path and its move."""
+    repo, base_sha, head_sha = _repo(tmp_path, "1.00")
+    run_dir = _stored(tmp_path, base_sha, head_sha, factor={"marlin_asym": 1.015})
+    lines: list[str] = []
+    ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines", arch="sm90",
+                      settings=S, repo=repo, runner=ThisMachine(), echo=lines.append)
+    asym = sum(1 for r in BASE if r.path == "marlin_asym" and r.status == "ok")
+    said = next(line for line in lines if line.startswith("harness job: A/B of synthetic:"))
+    assert said.startswith("harness job: A/B of synthetic: 0 SLOWER row(s), 0 more moved "
+                           f"beyond the 2.0% screen, {asym} more of a path that moved beyond "
+                           "1.0% against the others: marlin_asym (graph) +1.")
+
+
 class TwoMatrices(ThisMachine):
     """``ThisMachine`` for a bench of several matrices (``--matrix a,b``): each matrix's
     rows (BASE renamed) in its own CSV of the one run directory."""
