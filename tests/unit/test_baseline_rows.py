@@ -17,9 +17,10 @@ from dataclasses import replace
 import pytest
 
 from harness.cli import main
-from harness.commands.baseline import accept, row_filter
+from harness.commands.baseline import row_filter
 from harness.config import load_settings
 from harness.engines.aa_baselines import record
+from harness.engines.baseline_accept import accept
 from harness.engines.baseline_rows import RowFilter, select_rows
 from harness.errors import HarnessError
 from harness.reports.gate import evaluate

@@ -12,9 +12,9 @@ from dataclasses import replace
 import pytest
 
 from harness.cli import main
-from harness.commands.baseline import accept
 from harness.commands.common import gate_against_baseline
 from harness.config import load_settings
+from harness.engines.baseline_accept import accept
 from harness.reports.gate import FAILING, Verdict, evaluate
 from harness.reports.synthetic import make_rows, resample
 from harness.reports.verdicts import MEANINGS

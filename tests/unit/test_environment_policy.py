@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.commands.baseline import accept, calibrate
 from harness.config import load_settings
+from harness.engines.aa_baselines import calibrate
+from harness.engines.baseline_accept import accept
 from harness.engines.compare import compare
 from harness.reports.synthetic import make_rows, resample
 from harness.results.baseline import BaselineMeta, baseline_settings, write_baseline_matrix

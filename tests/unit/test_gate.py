@@ -9,8 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from harness.commands.baseline import accept, calibrate
 from harness.config import load_settings
+from harness.engines.aa_baselines import calibrate
+from harness.engines.baseline_accept import accept
 from harness.reports.gate import FAILING, Verdict, evaluate
 from harness.reports.stats import noise_margins, speed_call, with_samples
 from harness.reports.synthetic import make_rows, resample
