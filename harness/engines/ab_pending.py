@@ -95,7 +95,8 @@ def pending(run_dir: Path, matrix: str, baselines: str | Path, arch: str, settin
         echo(f"harness job: A/B: {matrix} also fails on other verdicts; confirming its "
              f"{len(failing)} SLOWER row(s) only")
     whole = [v for v in slow[len(failing):] if (v.path, v.mode) in gate.moved]
-    paths = ", ".join(f"{p} ({m}) {move:+.2%}" for (p, m), move in sorted(gate.moved.items()))
+    paths = ", ".join(f"{p} ({m}) {gate.moved[(p, m)]:+.2%}"       # the paths it sent
+                      for p, m in sorted({(v.path, v.mode) for v in whole}))
     echo(f"harness job: A/B of {matrix}: {len(failing)} SLOWER row(s), "
          f"{len(slow) - len(failing) - len(whole)} more moved beyond the "
          f"{settings.ab_screen:.1%} screen"
