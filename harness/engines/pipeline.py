@@ -2,20 +2,24 @@
 
 ``run_pipelined(runner, reqs)`` runs the requests in order; with a runner that has
 ``start`` / ``release`` / ``finish`` / ``abort`` (``bench_runner.SubprocessRunner``) the
-next ``AHEAD`` benches are started and held at their gates while the current one
-measures, and the last ones measure beside shadows of the last request (started, never
-released), so every bench measures beside starting processes. ``Pipeline`` does the same
-in two steps (``prime``, then ``run``), so a caller can work while the first benches
-start up. A runner with ``reap()`` has it called at the end: benches it let go on at
-their exit (their results written) are waited for there.
+next benches (``ahead_for``: two, more when the benches are short) are started and held at
+their gates while the current one measures, and the last ones measure beside shadows of the
+last request (started, never released), so every bench measures beside starting
+processes. ``Pipeline`` does the same in two steps (``prime``, then ``run``), so a caller
+can work while the first benches start up. A runner with ``reap()`` has it called at the
+end: benches it let go on at their exit (their results written) are waited for there.
+``HeldRunner`` lets benches start before the caller allows them to measure.
 """
 
 from __future__ import annotations
 
+import math
+import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from ..errors import CompareError
 from .bench_runner import BenchRequest
 
 #: Benches started ahead of the one measuring. A bench process takes ~5 s to start (python,
@@ -24,6 +28,30 @@ from .bench_runner import BenchRequest
 #: for 2 s of measuring in the foreign job's A/B of d1, 2026-12-05 (H100). With two ahead,
 #: one of them is still starting while a bench measures, as with one ahead.
 AHEAD = 2
+
+#: How deep a pipeline of short benches goes (``ahead_for``). Figures of q5 (H200,
+#: 2026-12-06, the job's A/B): a bench process took 4.5-5.6 s from its start to its gate;
+#: a bench of one row then measured for 0.9-1.4 s, one of 5 rows 2.1-2.3 s, of 18 rows
+#: 4.4-4.6 s, of 23 rows 5.5-5.7 s (about 0.7 s plus 0.22 s a row). Two ahead kept the
+#: benches of many rows busy (the three rounds measured for 40 of their 41 s) but left the
+#: extra rounds' one-row benches waiting for their own start: 12.4 of those 21 s.
+START_S = 5.0
+BENCH_FIXED_S = 0.7
+BENCH_ROW_S = 0.22
+MAX_AHEAD = 6
+
+
+def ahead_for(reqs: Sequence[BenchRequest]) -> int:
+    """The benches to start ahead of the one measuring, so that a bench is ready at its
+    gate when its turn comes: a start (``START_S``) over the shortest bench's expected
+    measuring time (``BENCH_FIXED_S`` + ``BENCH_ROW_S`` a row), between ``AHEAD`` and
+    ``MAX_AHEAD``. A request without ``rows`` (a whole matrix, or cases by filter)
+    measures for long: ``AHEAD``. The ones ahead wait at their gates, idle but for their
+    CUDA context, and the benches of both sides measure beside the same pipeline."""
+    if not reqs or any(not r.rows for r in reqs):
+        return AHEAD
+    shortest = min(BENCH_FIXED_S + BENCH_ROW_S * len(r.rows) for r in reqs)
+    return max(AHEAD, min(MAX_AHEAD, math.ceil(START_S / shortest)))
 
 
 class Pipeline:
@@ -34,8 +62,9 @@ class Pipeline:
     leaving a ``with`` block) kills the benches still held; a plain callable runner is
     run one request after another by ``run()`` and primes nothing."""
 
-    def __init__(self, runner, reqs: Sequence[BenchRequest], ahead: int = AHEAD) -> None:
-        self.runner, self.reqs, self.ahead = runner, list(reqs), max(1, ahead)
+    def __init__(self, runner, reqs: Sequence[BenchRequest], ahead: int | None = None) -> None:
+        self.runner, self.reqs = runner, list(reqs)
+        self.ahead = max(1, ahead_for(self.reqs) if ahead is None else ahead)
         self.held: deque = deque()
         self.primed = False
 
@@ -69,8 +98,12 @@ class Pipeline:
             self.prime()
             for i in range(len(self.reqs)):
                 cur = self.held.popleft()
-                on_start(i)
-                runner.release(cur)
+                try:
+                    on_start(i)
+                    runner.release(cur)
+                except BaseException:             # never released: it goes with the others
+                    runner.abort(cur)
+                    raise
                 self.held.append(self._begin(i + self.ahead))
                 runner.finish(cur)
                 on_done(i)
@@ -93,11 +126,12 @@ class Pipeline:
 def run_pipelined(runner, reqs: Sequence[BenchRequest],
                   on_start: Callable[[int], object] = lambda i: None,
                   on_done: Callable[[int], object] = lambda i: None,
-                  ahead: int = AHEAD) -> None:
+                  ahead: int | None = None) -> None:
     """Run ``reqs`` in order, one measuring at a time; with a pipelining runner the next
-    ``ahead`` benches are started (and held at their gates) while the current one
-    measures. ``on_start(i)`` runs when request i may start measuring, ``on_done(i)`` when
-    it is done. A failure kills the benches held at their gates and propagates."""
+    ``ahead`` benches (None: ``ahead_for(reqs)``) are started (and held at their gates)
+    while the current one measures. ``on_start(i)`` runs when request i may start
+    measuring, ``on_done(i)`` when it is done. A failure kills the benches held at their
+    gates and propagates."""
     Pipeline(runner, reqs, ahead).run(on_start, on_done)
 
 
@@ -106,3 +140,43 @@ def shadow(req: BenchRequest, k: int = 0) -> BenchRequest:
     last (it measures nothing): its log goes to ``<out_dir>.shadow[k].log``."""
     suffix = ".shadow" + (str(k + 1) if k else "")
     return replace(req, out_dir=req.out_dir.with_name(req.out_dir.name + suffix))
+
+
+class HeldRunner:
+    """A pipelining ``runner`` whose benches may start now but measure only after
+    ``open()``: ``release`` waits for it. ``harness job`` runs its same-model A/B this
+    way in a thread while its perplexity step runs, so the A/B's first benches start up
+    beside the ppl step instead of after it (q5 of 2026-12-06, an H200: the first bench
+    waited 3.8 s for its start after the 4.6 s ppl step). ``cancel()`` makes a waiting or
+    later ``release`` raise ``CompareError`` (the pipeline then kills what it holds). A
+    plain callable runner waits for ``open()`` in its call."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self._open = threading.Event()
+        self._cancelled = False
+        if hasattr(runner, "start"):          # pipelining where the runner has it
+            self.start, self.finish, self.abort = runner.start, runner.finish, runner.abort
+            self.release = self._release
+        if hasattr(runner, "reap"):
+            self.reap = runner.reap
+
+    def __call__(self, req: BenchRequest) -> None:
+        self._wait()
+        self.runner(req)
+
+    def _release(self, handle) -> None:
+        self._wait()
+        self.runner.release(handle)
+
+    def _wait(self) -> None:
+        self._open.wait()
+        if self._cancelled:
+            raise CompareError("the job stopped before its A/B measured")
+
+    def open(self) -> None:
+        self._open.set()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._open.set()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engines import bench_runner
+from harness.engines import bench_runner, pipeline
 from harness.engines.bench_runner import (
     GATE_ENV,
     GATE_PLUGIN,
@@ -258,3 +258,34 @@ def test_no_records_no_parts(tmp_path):
     assert bench_timeline([tmp_path, tmp_path / "missing"], "A/B") == {}
     (tmp_path / "x.time.json").write_text("{not json")
     assert bench_timeline([tmp_path], "A/B") == {}
+
+
+def _row_reqs(rows_each: list[int]) -> list[BenchRequest]:
+    return [BenchRequest("AB"[i % 2], f"rev{i}", Path("."), Path(f"out{i}"), "smoke", i // 2,
+                         rows=tuple((f"case{j}", "fp16_cache") for j in range(n)))
+            for i, n in enumerate(rows_each)]
+
+
+def test_short_benches_get_a_deeper_pipeline():
+    """Benches of one row measure for ~1 s against a ~5 s start: with two ahead each waited
+    for its own start (q5's extra rounds: 12.4 s of waiting in 21 s), so the pipeline
+    starts as many ahead as a start takes benches (at most ``MAX_AHEAD``); benches of many
+    rows, or of whole matrices, keep two."""
+    assert pipeline.ahead_for(_reqs(4)) == pipeline.AHEAD            # no rows: whole cases
+    assert pipeline.ahead_for(_row_reqs([23, 18, 5])) == 3           # 5 rows: ~1.8 s each
+    assert pipeline.ahead_for(_row_reqs([23, 18])) == pipeline.AHEAD
+    assert pipeline.ahead_for(_row_reqs([1] * 8)) == pipeline.MAX_AHEAD
+    assert pipeline.ahead_for([]) == pipeline.AHEAD
+    rec = Recorder()
+    run_pipelined(rec, _row_reqs([1] * 8))
+    first_release = rec.events.index(("release", 0))
+    assert rec.events[:first_release] == [("start", i) for i in range(pipeline.MAX_AHEAD)]
+    _one_released_at_a_time(rec.events)
+    assert [i for what, i in rec.events if what == "finish"] == list(range(8))
+    # every request started once, then one shadow per release past the last request
+    starts = [i for what, i in rec.events if what == "start"]
+    assert sorted(i for i in starts if i < 100) == list(range(8))
+    assert len(starts) == 8 + pipeline.MAX_AHEAD
+    rec = Recorder()
+    run_pipelined(rec, _row_reqs([1] * 8), ahead=2)                  # the caller's choice wins
+    assert rec.events[:3] == [("start", 0), ("start", 1), ("release", 0)]
