@@ -40,8 +40,11 @@ tests pass a fake one.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from ..config import Settings
@@ -60,6 +63,7 @@ from .ab_pending import (  # noqa: F401  (Pending, row_commit: re-exported for t
 from .ab_plugins import current_side_plugins, dirty
 from .bench_runner import bench_timeline
 from .compare import APart, compare, matrices_of, selection
+from .pipeline import HeldRunner
 from .projection_step import FactorBenches, factor_bench_settings, project, sample_plan
 from .revisions import (
     BenchRunner,
@@ -95,6 +99,8 @@ class Confirmation:
         self.todo: dict[str, Pending] = {}
         self.models: dict[str, tuple[str, str]] = {}
         self.factor: FactorBenches | None = None
+        #: the same-model A/B started by ``start()``: (its runner, its future, its echo)
+        self.early: tuple[HeldRunner, Future, _Deferred] | None = None
         self.started = False
         self.seeded = False
         self.t_factor = 0.0
@@ -116,7 +122,20 @@ class Confirmation:
             t0 = time.perf_counter()
             self._start_factor()
             self.t_factor = time.perf_counter() - t0
+        elif self.todo:
+            self._start_early()
         return self
+
+    def _start_early(self) -> None:
+        """Same-model matrices only: their rows are known from the gates, so the A/B runs
+        now in a thread, its benches starting up while the caller works (the job's ppl
+        step) and measuring from ``finish()`` on (``pipeline.HeldRunner``); its lines are
+        printed then."""
+        held, lines = HeldRunner(self.runner), _Deferred(self.echo)
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-ab")
+        future = pool.submit(self._ab, commit_groups(self.todo), {}, held, lines)
+        pool.shutdown(wait=False)
+        self.early = (held, future, lines)
 
     def _foreign(self) -> dict[str, Pending]:
         return {m: self.todo[m] for m in self.models if m in self.todo}
@@ -181,11 +200,19 @@ class Confirmation:
         try:
             measured = self._project() if self.models else {}
         finally:
-            self.close()
+            if self.factor is not None:        # what it still holds (the early A/B goes on)
+                self.factor.close()
         out: dict[str, int | None] = dict.fromkeys(self.matrices)
         todo, run_dir = self.todo, self.run_dir
         t0 = time.perf_counter()
-        readings, heads = self._ab(commit_groups(todo), measured)
+        if self.early is not None:
+            held, future, lines = self.early
+            lines.flush()                      # what it said so far; then it speaks as it goes
+            held.open()
+            readings, heads = future.result()
+            self.early = None
+        else:
+            readings, heads = self._ab(commit_groups(todo), measured)
         self.seconds["A/B"] = time.perf_counter() - t0
         self.seconds.update(bench_timeline([d for d in sorted((run_dir / "ab").glob("*"))
                                             if d.is_dir() and d.name != "projection"], "A/B"))
@@ -199,14 +226,17 @@ class Confirmation:
                                         seeded=self.seeded)
         return out
 
-    def _ab(self, groups: dict, measured: Mapping) -> tuple[dict[str, dict], dict[str, str]]:
+    def _ab(self, groups: dict, measured: Mapping, runner: BenchRunner | None = None,
+            echo: Callable[[str], None] | None = None) -> tuple[dict[str, dict], dict[str, str]]:
         """One compare of every group's rows against its baseline commit; per matrix its
-        readings (key -> (reading, base sha)) and the head measured."""
+        readings (key -> (reading, base sha)) and the head measured. ``runner`` and
+        ``echo``: the Confirmation's unless given (``_start_early``'s)."""
         readings: dict[str, dict] = {}
         heads: dict[str, str] = {}
         if not groups:
             return readings, heads
         todo, repo, run_dir = self.todo, self.repo, self.run_dir
+        runner, echo = runner or self.runner, echo or self.echo
         members = [mv for group in groups.values() for mv in group]
         matrices_ab = list(dict.fromkeys(m for m, _ in members))
         try:
@@ -214,7 +244,7 @@ class Confirmation:
                 raise ValueError("uncommitted changes under harness/: the measured code is "
                                  "not a commit")
             head = resolve_revision(repo, "HEAD")
-            shas = _reachable(repo, groups, self.echo)
+            shas = _reachable(repo, groups, echo)
             groups = {c: g for c, g in groups.items() if c in shas}
             if not groups:
                 raise ValueError("no baseline commit of these rows is in this repository")
@@ -229,13 +259,13 @@ class Confirmation:
                               work_dir=run_dir / "ab" / "+".join(matrices_ab), repo=repo,
                               matrix=",".join(matrices_ab), filter=filt, paths=paths,
                               rows=only, modes=modes, rounds=self.rounds, confirm=False,
-                              runner=current_side_plugins(self.runner, plugins, repo),
-                              echo=self.echo, a_parts=parts,
+                              runner=current_side_plugins(runner, plugins, repo),
+                              echo=echo, a_parts=parts,
                               seeds=self._seeds(members, measured),
                               decide=[v.key for _, v in members])
         except EXPECTED_ERRORS as exc:
-            self.echo(f"harness job: A/B of {', '.join(matrices_ab)} not done, its verdicts "
-                      f"stand: {one_line(exc)}")
+            echo(f"harness job: A/B of {', '.join(matrices_ab)} not done, its verdicts "
+                 f"stand: {one_line(exc)}")
             return readings, heads
         got = {(v.row.matrix, *v.key): v for v in outcome.result.verdicts}
         for c, group in groups.items():
@@ -266,12 +296,40 @@ class Confirmation:
     def close(self) -> None:
         if self.factor is not None:
             self.factor.close()
+        if self.early is not None:             # not finished: its benches are killed
+            held, future, _ = self.early
+            self.early = None
+            held.cancel()
+            with contextlib.suppress(Exception):
+                future.result()
 
     def __enter__(self) -> Confirmation:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Deferred:
+    """An ``echo`` that keeps its lines until ``flush()``, then prints as it is called
+    (the early A/B's lines wait for the ppl step's to be done)."""
+
+    def __init__(self, echo: Callable[[str], None]) -> None:
+        self.echo, self.lines, self.live = echo, [], False
+        self.lock = threading.Lock()
+
+    def __call__(self, line: str) -> None:
+        with self.lock:
+            if not self.live:
+                self.lines.append(line)
+                return
+        self.echo(line)
+
+    def flush(self) -> None:
+        with self.lock:
+            self.live, lines, self.lines = True, self.lines, []
+        for line in lines:
+            self.echo(line)
 
 
 def ab_confirm(run_dir: Path, matrices: list[str], **kw) -> dict[str, int | None]:
