@@ -28,6 +28,7 @@ M1 = "m1/{}/d1be0af4ca56/sm90"
 N1 = "n1/{}/35605860ce94/sm90"
 P = "p{}/{}/d102c2b5f461/sm90"
 Q = "q{}/{}/f34c2994bb21/sm90"
+R = "r{}/{}/ab980ea60968/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -98,6 +99,18 @@ ARCHIVES = {
     # the seventeenth session's H200 at the same commit: the same-model job
     "h200-2026-12-06-q.tar.gz": ("h200-2026-12-06-q", {
         Q.format(5, "aa"): (False, False, 0, 380)}),
+    # the eighteenth session's four fresh H100s, all at ab980ea (short benches pipelined
+    # deeper, the same-model A/B started during ppl): r1, r2 foreign + regression, r3
+    # same-model fresh and warm + the planted 3%, r4 same-model + the planted 5%
+    "h100-2026-12-06-r.tar.gz": ("h100-2026-12-06-r", {
+        R.format(1, "foreign"): (True, False, 0, 380),
+        "r1/regressforeign/4799485a47e0/sm90": (True, False, 1, 380),
+        R.format(2, "foreign"): (True, False, 0, 380),
+        "r2/regressforeign/36388d2e4a85/sm90": (True, False, 1, 380),
+        R.format(3, "aa"): (False, False, 0, 380), R.format(3, "aa2"): (False, False, 0, 380),
+        R.format(3, "plantedjob3"): (False, True, 1, 280),
+        R.format(4, "aa"): (False, False, 0, 380),
+        R.format(4, "plantedjob"): (False, True, 1, 280)}),
 }
 
 
