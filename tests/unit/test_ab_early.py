@@ -54,20 +54,22 @@ def _wait_for(cond, seconds: float = 30.0) -> None:
         time.sleep(0.01)
 
 
-def _conf(tmp_path, runner, said: list[str]) -> Confirmation:
+def _started(tmp_path) -> tuple[Confirmation, Pipelined, list[str]]:
+    """A Confirmation of a 5% marlin_asym slowdown, started: its first benches are up."""
     repo, base_sha, head_sha = _repo(tmp_path, "1.05")
     run_dir = _stored(tmp_path, base_sha, head_sha)
-    return Confirmation(run_dir, ["synthetic"], baselines=tmp_path / "baselines", arch="sm90",
-                        settings=S, rounds=2, repo=repo, runner=runner, echo=said.append)
+    said: list[str] = []
+    fake = Pipelined()
+    conf = Confirmation(run_dir, ["synthetic"], baselines=tmp_path / "baselines", arch="sm90",
+                        settings=S, rounds=2, repo=repo, runner=fake, echo=said.append)
+    conf.start()
+    _wait_for(lambda: len(fake.seen("start")) >= 2)
+    return conf, fake, said
 
 
 def test_the_ab_benches_start_during_the_ppl_step_and_measure_after_it(tmp_path):
-    said: list[str] = []
-    fake = Pipelined()
-    conf = _conf(tmp_path, fake, said)
+    conf, fake, said = _started(tmp_path)
     with conf:
-        conf.start()
-        _wait_for(lambda: len(fake.seen("start")) >= 2)
         time.sleep(0.2)                                 # the "ppl step": nothing measures
         primed = len(fake.seen("start"))
         assert fake.seen("release") == [] and fake.calls == []
@@ -86,12 +88,9 @@ def test_the_ab_benches_start_during_the_ppl_step_and_measure_after_it(tmp_path)
 
 
 def test_a_job_that_stops_before_its_ab_kills_the_started_benches(tmp_path):
-    said: list[str] = []
-    fake = Pipelined()
-    conf = _conf(tmp_path, fake, said)
+    conf, fake, _ = _started(tmp_path)
     with conf:
-        conf.start()
-        _wait_for(lambda: len(fake.seen("start")) >= 2)
+        pass                                            # the ppl step failed: no finish()
     assert fake.seen("release") == [] and fake.calls == []
     assert len(fake.seen("abort")) == len(fake.seen("start")) >= 2
     assert stored_ab(read_meta(conf.run_dir / "synthetic.json")) is None
