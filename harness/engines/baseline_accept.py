@@ -12,6 +12,7 @@ from ..config import Settings
 from ..reports.calibration import run_identity
 from ..reports.gate import evaluate
 from ..reports.markdown import text_table
+from ..reports.verdicts import Verdict
 from ..results.baseline import (
     BaselineMeta,
     BaselineNotFoundError,
@@ -39,6 +40,20 @@ def _run_name(run: Run, matrix: str) -> str:
     ident = run_identity(meta.environment if meta else run.environment,
                          meta.created if meta else "")
     return ", ".join(f"{k} {v}" for k, v in ident.items() if v and k != "machine") or run.label
+
+
+def one_machine_caution(matrix: str, faster: int, env: Environment) -> str:
+    """The line ``accept --only-faster`` prints when it takes FASTER rows: one run is one
+    machine, and a machine faster than the baseline's reads FASTER on unchanged code (three
+    fp16_cache rows at -3.2..-3.5% on an unchanged H100, docs/measurement.md §9.17); such
+    rows make the baseline faster than other machines of the model, whose jobs then read
+    them SLOWER and pay the A/B that clears them. ``record --only-faster`` takes each
+    row's medoid over runs of several machines."""
+    where = f"GPU {env.gpu_uuid}" if env.gpu_uuid else "one GPU"
+    return (f"{matrix}: {faster} FASTER row(s) taken from one run ({where}): a machine faster "
+            "than the baseline's reads FASTER on unchanged code; to take only what every "
+            "machine reads, use `harness baseline record --only-faster --runs R1 R2 ...` "
+            "over runs of two or more fresh machines")
 
 
 def accept(
@@ -115,6 +130,9 @@ def accept(
                         chosen = select_rows(matrix, result, rows, old_rows, only)
                         for line in chosen.lines():
                             echo(line)
+                        faster = chosen.replaced.get(Verdict.FASTER, 0)
+                        if faster:
+                            echo(one_machine_caution(matrix, faster, env))
                         if chosen.n_new == 0:   # its json would name a run it took nothing of
                             echo(f"{matrix}: no row taken; its baseline is left as it was")
                             continue

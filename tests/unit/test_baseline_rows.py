@@ -313,3 +313,17 @@ def test_a_baseline_of_several_commits_names_each_in_its_label(tmp_path):
     assert base.label == f"baseline {OLD} (24 rows) + {NEW} (7 rows)"
     _previous(tmp_path / "one")                            # every row of one commit
     assert load_baseline(tmp_path / "one" / "sm90").label == f"baseline {OLD}"
+
+
+def test_only_faster_from_one_run_says_that_one_machine_read_them_faster(tmp_path):
+    """One run is one machine: a faster machine reads FASTER on unchanged code (q4 of
+    2026-12-06), so taking FASTER rows from one run says so and names the way over
+    several machines; a run that took no FASTER row (``--paths`` alone) does not."""
+    out, _, _ = _accept(tmp_path, only_faster=True)
+    said = [line for line in out if "taken from one run" in line]
+    assert said == ["synthetic: 6 FASTER row(s) taken from one run (one GPU): a machine faster "
+                    "than the baseline's reads FASTER on unchanged code; to take only what "
+                    "every machine reads, use `harness baseline record --only-faster --runs "
+                    "R1 R2 ...` over runs of two or more fresh machines"]
+    out, _, _ = _accept(tmp_path / "paths", paths=("fp16_cache",))
+    assert not any("taken from one run" in line for line in out)
