@@ -83,6 +83,8 @@ class Settings:
     ab_undecided_se: float = _setting(2.5, "A/B: ... and of a row whose change is within this "
                                       "many standard errors of min_effect (0: off)", high=10.0,
                                       stored_default=0.0)
+    ab_line_rounds: int = _setting(0, "A/B: after those, more rounds of a row still within one "
+                                   "standard error of min_effect", high=32, stored_default=0)
     ab_screen_round: int = _setting(0, "another GPU model: 1 = the A/B's round 0 is the readings "
                                     "the screen chose its rows by (biased); 0 = measured", high=1,
                                     stored_default=1)
@@ -162,14 +164,10 @@ class Settings:
         """Rebuild from ``to_dict`` output (e.g. a run's json). Unknown keys (``RETIRED``
         ones included) are ignored; a setting with a ``stored_default`` may be absent (the
         run was gated with that value), any other absent setting is an error."""
-        values = {}
-        for spec in SPECS.values():
-            if spec.name in d:
-                values[spec.name] = d[spec.name]
-            elif spec.stored_default is not None:
-                values[spec.name] = spec.stored_default
-            else:
-                raise ConfigError(f"{source}: settings lack key {spec.name!r}")
+        missing = [s.name for s in SPECS.values() if s.name not in d and s.stored_default is None]
+        if missing:
+            raise ConfigError(f"{source}: settings lack key {missing[0]!r}")
+        values = {s.name: d.get(s.name, s.stored_default) for s in SPECS.values()}
         try:
             return cls(preset=str(d.get("preset", "?")), source=str(d.get("source", source)),
                        overrides=tuple(d.get("overrides", ())), **values)

@@ -248,33 +248,48 @@ def compare(
         run_b = b.run if b.run is not None else firsts["B"]
         both = bool(a.revision and b.revision)
         extended: dict[Key, int] = {}
-        if both and settings.ab_extra_rounds:
-            first = compare_runs(a_rows, b_rows, run_a, run_b, settings, a_label=a.label,
-                                 b_label=b.label, margins=margins, strict_env=strict_env,
-                                 echo=lambda line: None)
-            keys = undecided(first, settings, rounds_of["A"], rounds_of["B"])
-            if decide:
-                asked = set(decide)
-                keys = [k for k in keys if k in asked]
-            if keys:
-                wanted, more = set(keys), range(rounds, rounds + settings.ab_extra_rounds)
-                echo(f"compare: {len(keys)} undecided row(s) (moved beyond "
-                     f"{settings.ab_screen:.1%} unconfirmed, or within "
-                     f"{settings.ab_undecided_se:g} standard errors of {settings.min_effect:.1%}"
-                     f"): {len(more)} more round(s) of those rows")
 
-                def pick(leg: _Leg, wanted=wanted):
-                    mine = wanted & leg.part.keys if leg.part else wanted
-                    chosen = [r for r in b_rows if r.key in mine]
-                    return (matrices_of(matrix, chosen), *selection(chosen, b_rows)) \
-                        if mine else None
-                got = measure(legs, more, lambda r: f"round{r}", pick)
-                for label, side_rounds in by_round(got, lambda r: r.key in wanted).items():
-                    rounds_of[label].extend(side_rounds)
-                margins.update(extended_margins(rounds_of["A"], rounds_of["B"], keys,
-                                                settings))
-                a_rows, b_rows = pool_rows(rounds_of["A"]), pool_rows(rounds_of["B"])
-                extended = dict.fromkeys(keys, rounds + len(more))
+        def extend(keys: list[Key], n: int, why: str) -> None:
+            """``n`` more interleaved rounds of ``keys`` (after every round so far), their
+            margins then from the rounds' means (``extended_margins``)."""
+            nonlocal a_rows, b_rows
+            done = len(rounds_of["B"])
+            wanted, more = set(keys), range(done, done + n)
+            echo(f"compare: {len(keys)} {why}: {n} more round(s) of those rows")
+
+            def pick(leg: _Leg):
+                mine = wanted & leg.part.keys if leg.part else wanted
+                chosen = [r for r in b_rows if r.key in mine]
+                return (matrices_of(matrix, chosen), *selection(chosen, b_rows)) \
+                    if mine else None
+            got = measure(legs, more, lambda r: f"round{r}", pick)
+            for label, side_rounds in by_round(got, lambda r: r.key in wanted).items():
+                rounds_of[label].extend(side_rounds)
+            margins.update(extended_margins(rounds_of["A"], rounds_of["B"], keys, settings))
+            a_rows, b_rows = pool_rows(rounds_of["A"]), pool_rows(rounds_of["B"])
+            extended.update(dict.fromkeys(keys, done + n))
+
+        def still_open(extra: Settings, among: Collection[Key]) -> list[Key]:
+            """The rows of ``among`` that ``undecided`` (with ``extra``) leaves open now."""
+            now = compare_runs(a_rows, b_rows, run_a, run_b, settings, a_label=a.label,
+                               b_label=b.label, margins=margins, strict_env=strict_env,
+                               echo=lambda line: None)
+            keys = undecided(now, extra, rounds_of["A"], rounds_of["B"])
+            return [k for k in keys if k in among] if among else keys
+
+        if both and settings.ab_extra_rounds:
+            keys = still_open(settings, set(decide))
+            if keys:
+                extend(keys, settings.ab_extra_rounds,
+                       f"undecided row(s) (moved beyond {settings.ab_screen:.1%} unconfirmed, "
+                       f"or within {settings.ab_undecided_se:g} standard errors of "
+                       f"{settings.min_effect:.1%})")
+            if keys and settings.ab_line_rounds:
+                near = still_open(replace(settings, ab_undecided_se=AT_LINE_SE), set(keys))
+                if near:
+                    extend(near, settings.ab_line_rounds,
+                           f"row(s) still within {AT_LINE_SE:g} standard error of "
+                           f"{settings.min_effect:.1%} after {len(rounds_of['B'])} rounds")
 
         remeasure = None
         if both and confirm:
@@ -297,13 +312,25 @@ def compare(
                    + (", round 0 of each the readings taken before the A/B" if seeds
                       else ""),)
             + ((f"{len(extended)} undecided row(s) measured in "
-                f"{rounds + settings.ab_extra_rounds} rounds, their margins the standard "
+                f"{_rounds_text(extended)} rounds, their margins the standard "
                 "error of the rounds' means",) if extended else ()))
         if a.run is not None and b.run is not None:
             # a stored run against its stored baseline: replay the job's A/B readings
             for meta in b.run.metas.values():
                 result = apply_ab(result, record_for(meta, a.run.environment.commit))
     return CompareOutcome(result, tuple(a_rows), tuple(b_rows), a, b, extended)
+
+
+#: ``ab_line_rounds``: a row whose change is still within this many standard errors of
+#: ``min_effect`` after the extra rounds gets more (p4 and r3 of 2026-12-06, H100s: three
+#: 3% plants each read +1.85..1.98% after seven rounds, against unchanged rows up to +2.05%)
+AT_LINE_SE = 1.0
+
+
+def _rounds_text(extended: Mapping[Key, int]) -> str:
+    """The rounds the extended rows were measured in: "7", or "7-11"."""
+    lo, hi = min(extended.values()), max(extended.values())
+    return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 def matrices_of(matrix: str, rows: Sequence[ResultRow]) -> str:

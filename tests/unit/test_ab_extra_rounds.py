@@ -201,6 +201,34 @@ def test_a_3pct_slowdown_read_below_the_screen_by_three_rounds_is_confirmed(repo
     assert others and {v.verdict for v in others} == {Verdict.SAME}
 
 
+@pytest.mark.parametrize("speed, offsets, first, then", [
+    # a 3% slowdown whose seven rounds read it just under the 2% line (p4 and r3 of
+    # 2026-12-06, H100s: three 2.8-2.96% plants each read +1.85..1.98% after seven rounds)
+    ("1.03", {"A": [1.00, 1.01, 1.02, 1.00, 1.01, 1.02, 1.00, 1.00, 1.00, 0.995, 1.005],
+              "B": [1.00, 0.995, 1.00, 1.00, 1.00, 0.995, 1.00, 1.00, 1.00, 1.005, 0.995]},
+     Verdict.SAME, Verdict.SLOWER),
+    # an unchanged build whose seven rounds read it just over the line (p1: +2.05%)
+    ("1.00", {"A": [1.00, 0.99, 0.98, 1.00, 0.99, 0.985, 0.99, 1.00, 1.005, 1.00, 1.005],
+              "B": [1.01, 1.02, 1.01, 1.015, 1.01, 1.01, 1.01, 1.00, 0.99, 0.995, 1.00]},
+     Verdict.SLOWER, Verdict.SAME),
+])
+def test_a_row_still_at_the_line_after_seven_rounds_gets_more_with_ab_line_rounds(
+        repo, tmp_path, speed, offsets, first, then):
+    """``ab_line_rounds`` (off by default): a row whose change after the extra rounds is
+    still within one standard error of ``min_effect`` gets that many more rounds, which
+    take a 3% slowdown over the line and an unchanged build back under it."""
+    _head(repo, speed)
+    fake, out, noisy = _compare(repo, tmp_path, offsets=offsets)
+    assert out.extended == {NOISY: 7} and len(fake.calls) == 6 + 8
+    assert noisy.verdict == first and abs(noisy.time_change - S.min_effect) < 0.003
+    fake, out, noisy = _compare(repo, tmp_path, replace(S, ab_line_rounds=4), offsets)
+    assert out.extended == {NOISY: 11} and len(fake.calls) == 6 + 8 + 8
+    assert [c.out_dir.parent.name for c in fake.calls[14:]] == [
+        f"round{r}" for r in (7, 8, 9, 10) for _ in range(2)]
+    assert noisy.verdict == then
+    assert any("undecided row(s) measured in 11 rounds" in n for n in out.result.notes)
+
+
 def test_the_extra_rounds_bench_only_the_matrices_of_their_rows(repo, tmp_path):
     """A compare of two matrices whose undecided rows are all of one: the extra rounds'
     benches name that matrix only (``harness bench`` refuses a filter that selects no case

@@ -251,7 +251,7 @@ def test_every_setting_added_later_reads_from_an_old_run_with_its_stored_default
     assert later == {"accuracy_runs": 1, "fail_on_nondeterminism": 0, "rel_err_growth": 0.10,
                      "rms_ulp_slack": 0.25, "rms_ulp_growth": 0.10, "graph_idle_ratio": 0.0,
                      "ab_screen": 0.02, "cold_min_samples": 0, "ab_extra_rounds": 0,
-                     "ab_undecided_se": 0.0, "ab_screen_round": 1,
+                     "ab_undecided_se": 0.0, "ab_line_rounds": 0, "ab_screen_round": 1,
                      "projection_sample": 4, "projection_min_samples": 0,
                      "projection_warmup_ms": 0.0, "projection_accuracy_runs": 0,
                      "policy_min_lead": 0.02,
