@@ -22,6 +22,8 @@
 #   nox2    `nox -s bench-sm90` again on the same machine (a runner that has run it before:
 #           builds and case data cached), results under aa2/
 #   plantedjob3  as plantedjob with a 3% plant (issue 37), results under plantedjob3/
+#   plantedjob3l as plantedjob3 with `--set ab_line_rounds=4` (rows still at the 2% line
+#           after the extra rounds get four more), results under plantedjob3l/
 #   parity2 a second process of parity and edges, results under aa2/
 #   report  `harness report` on each stored run against the committed baselines
 #   summary scripts/acceptance_summary.py on each stored run (planted share with PLANT)
@@ -143,6 +145,11 @@ fi
   HARNESS_PLANT_FRACTION=0.03 HARNESS_PLANT_LOG_DIR="$res/plantedjob3/plant-log" \
   python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob3" --no-progress \
   --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-} && tail -14 "$logs/$tag-plantedjob3.log"
+[[ $steps == *" plantedjob3l "* ]] && step plantedjob3l env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
+  HARNESS_PLANT_FRACTION=0.03 HARNESS_PLANT_LOG_DIR="$res/plantedjob3l/plant-log" \
+  python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob3l" --no-progress \
+  --plugin tests/planted/slowdown_plugin.py --set ab_line_rounds=4 ${JOB_ARGS:-} \
+  && tail -14 "$logs/$tag-plantedjob3l.log"
 [[ $steps == *" plantedjob "* ]] && step plantedjob env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
   HARNESS_PLANT_FRACTION="${PLANT_FRACTION:-0.05}" HARNESS_PLANT_LOG_DIR="$res/plantedjob/plant-log" \
   python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob" --no-progress \
