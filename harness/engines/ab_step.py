@@ -297,11 +297,12 @@ class Confirmation:
         if self.factor is not None:
             self.factor.close()
         if self.early is not None:             # not finished: its benches are killed
-            held, future, _ = self.early
+            held, future, lines = self.early
             self.early = None
             held.cancel()
             with contextlib.suppress(Exception):
                 future.result()
+            lines.flush()                      # its lines, the one saying why included
 
     def __enter__(self) -> Confirmation:
         return self

@@ -88,9 +88,11 @@ def test_the_ab_benches_start_during_the_ppl_step_and_measure_after_it(tmp_path)
 
 
 def test_a_job_that_stops_before_its_ab_kills_the_started_benches(tmp_path):
-    conf, fake, _ = _started(tmp_path)
+    conf, fake, said = _started(tmp_path)
     with conf:
         pass                                            # the ppl step failed: no finish()
     assert fake.seen("release") == [] and fake.calls == []
+    assert any("not done" in line and "the job stopped before its A/B measured" in line
+               for line in said)
     assert len(fake.seen("abort")) == len(fake.seen("start")) >= 2
     assert stored_ab(read_meta(conf.run_dir / "synthetic.json")) is None
