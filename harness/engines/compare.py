@@ -288,8 +288,9 @@ def compare(
                 near = still_open(replace(settings, ab_undecided_se=AT_LINE_SE), set(keys))
                 if near:
                     extend(near, settings.ab_line_rounds,
-                           f"row(s) still within {AT_LINE_SE:g} standard error of "
-                           f"{settings.min_effect:.1%} after {len(rounds_of['B'])} rounds")
+                           f"row(s) still undecided after {len(rounds_of['B'])} rounds "
+                           f"(within {AT_LINE_SE:g} standard error of "
+                           f"{settings.min_effect:.1%}, or beyond the screen unconfirmed)")
 
         remeasure = None
         if both and confirm:
