@@ -34,9 +34,9 @@ PARITY = MATRICES.cases("parity")
 EXT_CORRECTIONS = [v for v in cv.CORRECTIONS if v != "two_kernel"]
 TILED = ("side_stream", "fused", "fused_pdl")
 #: Variants whose correction runs alone (``correction_variant``) and takes the planted flags.
-ALONE = ("two_kernel_lean", "side_stream", "fused", "fused_pdl", "stream", "wide")
+ALONE = ("two_kernel_lean", "side_stream", "fused", "fused_pdl", "stream", "wide", "gsplit")
 #: The variants with asum_flat's group sums and their own accumulations.
-FLAT = ("stream", "wide")
+FLAT = ("stream", "wide", "gsplit")
 
 
 def _cases(tag):
@@ -160,7 +160,7 @@ def test_tiled_kernels_agree_bit_for_bit(M, gs, K, ext, cuda_device):
 @pytest.mark.parametrize("M", [1, 2, 3, 4, 8, 13, 16, 40, 64, 100, 128, 300])
 @pytest.mark.parametrize("gs,K", [(128, 2048), (2048, 2048), (128, 8192), (8192, 8192),
                                   (64, 1024), (4096, 8192), (1024, 6144), (256, 2048),
-                                  (8, 1024)])
+                                  (8, 1024), (32, 8192)])
 def test_stream_kernels_within_2_ulp_and_repeatable(variant, M, gs, K, ext, cuda_device):
     """stream's kernels over every branch of their launch: small groups (vpg 8, 16: one
     and four passes), large groups (vpg 256: a warp per group; 512, 1024: a block per
@@ -173,7 +173,10 @@ def test_stream_kernels_within_2_ulp_and_repeatable(variant, M, gs, K, ext, cuda
     multiple of 4), rows past M inside a block, N = 1024 and 8192; its decode kernel at
     M <= 4 (G <= 128, M * K / 8 <= 1024 vectors: one, two and four vectors per thread,
     group sums by shuffles within a warp at vpg 1..32 and over warps at vpg 128..1024);
-    stream's kernels elsewhere."""
+    stream's kernels elsewhere. gsplit's corr_gsplit_kernel at G >= 2, M <= 256: rows per
+    block 1, 2, 4 and 8 (by M and G), one and two batches of 4 groups per thread (G = 64 at
+    M = 1: 2 groups; G = 256 at K = 8192, g32: 8), 2 or 4 threads per output (M = 1, 2);
+    wide's kernels at M = 300."""
     gen = torch.Generator(device=cuda_device).manual_seed(M * 11 + gs + K)
     N = 8192 if M in (100, 300) else 1024
     # any delta [K / gs, N] will do (the kernels never branch on values); a Marlin pack
@@ -212,6 +215,7 @@ def test_wide_and_stream_agree_bit_for_bit_where_both_sum_in_order(M, N, ext, cu
         outs[v] = C
     torch.cuda.synchronize()
     assert torch.equal(outs["stream"], outs["wide"])
+    assert torch.equal(outs["gsplit"], outs["wide"])          # gsplit runs wide's above 256
     ref = apply_marlin_correction(C0, A, delta, gs)
     assert float(correction_ulps(outs["wide"], C0, ref - C0.double()).max()) <= 2.0
 

@@ -71,6 +71,7 @@ int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, Marli
   if (side_err != cudaSuccess && *err == cudaSuccess) *err = side_err;
   if (rc != 0 || *err != cudaSuccess) return rc;
   e = accum == kAccumWide     ? launch_wide(p, a_sum, stream)
+      : accum == kAccumGsplit ? launch_gsplit(p, a_sum, stream)
       : accum == kAccumStream ? launch_stream(p, a_sum, stream)
                               : launch_tile(p, a_sum, false, false, stream);
   if (e != cudaSuccess) *err = e;

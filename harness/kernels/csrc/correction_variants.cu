@@ -25,6 +25,9 @@
 //  * wide (correction_variant_wide.cu): stream's sequence with corr_wide_kernel (a block per
 //    256 columns, delta and a_sum staged in shared memory) where it was measured faster;
 //    at M <= 4 one kernel after Marlin (correction_variant_decode.cu), no side stream.
+//  * gsplit (correction_variant_gsplit.cu): stream's sequence with corr_gsplit_kernel (a
+//    block's threads split the groups; a thread holds a few groups' loads in flight) at
+//    M <= 256 with grouped weights, wide's accumulation elsewhere.
 //
 // This file is the driver (run_marlin_asym_variant): Marlin through a callback (the quanto
 // glue lives in torch_ops.cpp), then the variant's correction. Per-device resources live
@@ -120,7 +123,7 @@ using namespace corr_detail;
 const char* correction_variant_name(int variant) {
   static const char* const names[kVariantCount] = {
       "marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl", "empty", "empty_pdl",
-      "stream", "wide", "rmw"};
+      "stream", "wide", "rmw", "gsplit"};
   return variant >= 0 && variant < kVariantCount ? names[variant] : nullptr;
 }
 
@@ -138,7 +141,7 @@ const char* correction_problem_unsupported(const CorrectionProblem& p, int varia
   if (p.K % p.G != 0) return "the number of groups must divide K";
   const bool tiled = variant == kVariantSideStream || variant == kVariantFused ||
                      variant == kVariantFusedPdl || variant == kVariantStream ||
-                     variant == kVariantWide;
+                     variant == kVariantWide || variant == kVariantGsplit;
   if (!tiled) return nullptr;
   if ((p.K / p.G) % 8 != 0) return "the tiled corrections need a group size that is a multiple of 8";
   if (p.N % 8 != 0) return "the tiled corrections need N % 8 == 0";
@@ -146,6 +149,7 @@ const char* correction_problem_unsupported(const CorrectionProblem& p, int varia
     return "the tiled corrections need 16-byte aligned A, C and delta";
   if (variant == kVariantStream) return stream_unsupported(p);
   if (variant == kVariantWide) return wide_unsupported(p);
+  if (variant == kVariantGsplit) return gsplit_unsupported(p);
   const TileConfig c = tile_config(p, variant != kVariantSideStream);
   if (c.smem > static_cast<size_t>(smem_optin(p.device)))
     return "too many groups for the tiled correction's shared memory";
@@ -176,6 +180,8 @@ int run_marlin_asym_variant(int variant, const CorrectionProblem& p, const Marli
       return side_stream_sequence(p, &mc, marlin, stream, err);
     case kVariantStream:
       return side_stream_sequence(p, &mc, marlin, stream, err, kAccumStream);
+    case kVariantGsplit:
+      return side_stream_sequence(p, &mc, marlin, stream, err, kAccumGsplit);
     case kVariantWide: {
       if (!wide_decode_takes(p)) return side_stream_sequence(p, &mc, marlin, stream, err, kAccumWide);
       const int rc = run_marlin(mc, marlin, stream, err);   // decode: one kernel after Marlin
@@ -232,8 +238,11 @@ cudaError_t run_correction_variant(int variant, const CorrectionProblem& p, cuda
       return err;
     case kVariantSideStream:
     case kVariantStream:
+    case kVariantGsplit:
       side_stream_sequence(p, nullptr, nullptr, stream, &err,
-                           variant == kVariantStream ? kAccumStream : kAccumTile);
+                           variant == kVariantStream   ? kAccumStream
+                           : variant == kVariantGsplit ? kAccumGsplit
+                                                       : kAccumTile);
       return err;
     case kVariantFused:
     case kVariantFusedPdl:

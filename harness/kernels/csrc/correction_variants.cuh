@@ -15,6 +15,8 @@
 //                                        the barrier-free accumulation (corr_stream_kernel)
 //   correction_variant_wide.cu           wide: corr_wide_kernel (a warp per 256 columns)
 //   correction_variant_decode.cu         wide at M <= 4: corr_decode_kernel (one launch)
+//   correction_variant_gsplit.cu         gsplit: corr_gsplit_kernel (groups split over
+//                                        a block's threads, small M)
 //   correction_variant_floor.cu          the rmw floor: rmw_kernel (C read and written
 //                                        back unchanged, once)
 // This header holds what more than one of them needs: constants, the device helpers of
@@ -198,7 +200,7 @@ int graph_variant(const CorrectionProblem& p, const MarlinCall& mc, MarlinLaunch
 cudaError_t launch_asum(const CorrectionProblem& p, float* a_sum, cudaStream_t stream);
 // The accumulation after the join: side_stream's corr_tile (a_sum by asum_kernel), or with
 // a_sum by asum_flat, stream's (launch_stream) or wide's (launch_wide).
-enum SideAccum : int { kAccumTile = 0, kAccumStream = 1, kAccumWide = 2 };
+enum SideAccum : int { kAccumTile = 0, kAccumStream = 1, kAccumWide = 2, kAccumGsplit = 3 };
 int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, MarlinLauncher marlin,
                          cudaStream_t stream, cudaError_t* err, SideAccum accum = kAccumTile);
 // correction_variant_fused.cu: the tiled accumulation (kSum: a_sum computed in-block from
@@ -224,6 +226,16 @@ bool wide_decode_takes(const CorrectionProblem& p);
 cudaError_t launch_wide_decode(const CorrectionProblem& p, cudaStream_t stream);
 const char* wide_unsupported(const CorrectionProblem& p);
 cudaError_t launch_wide(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream);
+// correction_variant_gsplit.cu: a block's (rows, slices of G) for M and G, whether
+// corr_gsplit_kernel takes `p` (G >= 2, M <= 256; else launch_gsplit runs launch_wide), why
+// the gsplit variant cannot (nullptr: it can), and the accumulation reading a_sum.
+struct GsplitShape {
+  int TR, S;   // rows per block, slices of the groups per row: TR * S = 32
+};
+GsplitShape gsplit_shape(int M, int G);
+bool gsplit_takes(const CorrectionProblem& p);
+const char* gsplit_unsupported(const CorrectionProblem& p);
+cudaError_t launch_gsplit(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream);
 
 }  // namespace corr_detail
 }  // namespace harness_int4

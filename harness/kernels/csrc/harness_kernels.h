@@ -93,7 +93,10 @@ enum CorrectionVariant : int {
   kVariantRmw = 10,           // Marlin + one kernel that reads C and writes it back unchanged:
                               // the floor of a correction reading C after Marlin
                               // (correction_variant_floor.cu)
-  kVariantCount = 11
+  kVariantGsplit = 11,        // stream's sequence with the groups split over a block's threads
+                              // at M <= 256, G >= 2 (correction_variant_gsplit.cu); wide's
+                              // accumulation elsewhere
+  kVariantCount = 12
 };
 
 // Marlin's arguments, so the variant drivers can launch (and capture) it via a callback.

@@ -9,7 +9,8 @@ file per variant family: ``correction_variant_graph.cu`` (two_kernel_lean, graph
 ``correction_variant_side_stream.cu`` (side_stream's a_sum), ``correction_variant_fused.cu``
 (the tiled kernel of side_stream / fused / fused_pdl, and the empty floors),
 ``correction_variant_stream.cu`` (stream's two kernels), ``correction_variant_wide.cu``
-(wide's accumulation), ``correction_variant_floor.cu`` (the rmw floor's kernel).
+(wide's accumulation), ``correction_variant_gsplit.cu`` (gsplit's accumulation),
+``correction_variant_floor.cu`` (the rmw floor's kernel).
 
 Extension point: a new variant is one id in ``CorrectionVariant`` (harness_kernels.h),
 its name in ``correction_variant_name`` and a branch in ``run_marlin_asym_variant``
@@ -36,7 +37,7 @@ DEFAULT_VARIANT = "auto"
 #: Variant ids of the extension's ``marlin_asym_variant`` (index = id). Keep in step with
 #: ``CorrectionVariant`` in csrc/harness_kernels.h.
 EXT_VARIANTS = ("marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl",
-                "empty", "empty_pdl", "stream", "wide", "rmw")
+                "empty", "empty_pdl", "stream", "wide", "rmw", "gsplit")
 
 
 class CorrectionVariantError(ValueError):
@@ -86,6 +87,13 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "then each lane adds the groups in order for two quads of "
             "columns of 1-4 rows; at M <= 4 one kernel after Marlin on its stream (group "
             "sums and accumulation, no side stream); elsewhere stream's kernels"),
+    Variant("gsplit", 11, "correction",
+            "stream's sequence with another accumulation at M <= 256 for grouped weights (G "
+            ">= 2): a block per 64 columns of 1-32 rows whose threads split the groups, each "
+            "thread with all loads of its (at most 4) groups in flight at once, the slices "
+            "added in order in shared memory after one barrier (issue 41: the accumulation "
+            "kernels before it walked the groups in a chain of loads); wide's accumulation "
+            "elsewhere"),
     Variant("marlin_only", 0, "baseline",
             "Marlin alone (no zeroing, no correction): the overhead baseline"),
     Variant("empty", 6, "floor",
@@ -163,7 +171,7 @@ def variant_requested(name: str | None) -> bool:
 
 #: The variants whose group sums (``asum_flat`` in csrc/correction_variant_stream.cu) cut a
 #: group into warps: they refuse a group size ``flat_cuts`` rejects.
-FLAT_SUM = ("stream", "wide")
+FLAT_SUM = ("stream", "wide", "gsplit")
 #: What ``auto`` runs instead where its pick is one of ``FLAT_SUM`` and the group cannot be
 #: cut (a per-column weight of K = 384, 640, 896, ...: Marlin takes any K % 128 == 0):
 #: side_stream's sequence, whose group sums take any group size.
