@@ -9,8 +9,9 @@
 // M x N x G = 2.1 M multiply-adds, a few hundred cycles of the GPU: what they pay is the
 // chain of dependent memory round trips, not bytes or arithmetic.
 //
-// corr_gsplit_kernel: a block owns 64 columns (8 octets) of TR rows, and its 256 threads
-// are (octet, row, slice) with TR x S = 32. Slice z adds groups z, z + S, z + 2S, ... of
+// corr_gsplit_kernel<RM>: a block owns 64 columns (8 octets) of TR x RM rows, and its 256
+// threads are (octet, row slot, slice) with TR x S = 32; slot r holds rows r, r + TR, ...
+// (RM of them, which share each delta octet it loads). Slice z adds groups z, z + S, z + 2S, ... of
 // its row for its 8 columns, at most kGsplitBatch groups in flight at once (their delta
 // octets, two float4 each, and a_sum values all loaded before the first multiply), so a
 // thread pays one or two load round trips, not G. The output threads load their C values
@@ -20,8 +21,9 @@
 // order, bitwise repeatable. Each output is then added to its C value in fp32 and written
 // once. No atomics, no scratch beyond a_sum.
 //
-// The host picks S so that a thread holds at most kGsplitGroups groups where it can, and TR
-// no larger than M needs (gsplit_shape). Where gsplit_takes refuses (G = 1, or M above
+// The host picks S so that a thread holds at most kGsplitGroups groups where it can, TR no
+// larger than M needs, and RM (1, 2, 4) as large as keeps two blocks per SM (gsplit_shape):
+// at larger M each delta octet then travels from L2 once per RM rows, not once per row. Where gsplit_takes refuses (G = 1, or M above
 // kGsplitMaxM) the wide variant's accumulation runs instead (launch_wide).
 // Flag bits (planted defects) as everywhere: fp16 accumulation (the slices and their sum
 // rounded to fp16 as they go), the last 128 columns untouched.
@@ -37,6 +39,7 @@ constexpr int kGsplitLanes = 32;      // TR x S: the (row, slice) pairs of a blo
 constexpr int kGsplitGroups = 4;      // groups per thread the host aims for
 constexpr int kGsplitBatch = 4;       // groups whose loads a thread has in flight at once
 constexpr int kGsplitMaxM = 256;      // larger M: wide's accumulation
+constexpr int kGsplitMaxRM = 4;       // rows per thread, at most
 static_assert(kTileN / 8 * kGsplitLanes == kThreads, "8 octets x 32 (row, slice) pairs");
 
 int pow2_at_least(int x) {
@@ -45,19 +48,21 @@ int pow2_at_least(int x) {
   return p;
 }
 
-template <bool kHalfAccum>
+template <int RM, bool kHalfAccum>
 __global__ void __launch_bounds__(kThreads)
 corr_gsplit_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
                    const float* __restrict__ delta, int M, int N, int G, int n_end, int TR,
                    int S) {
-  __shared__ __align__(16) float s_red[kGsplitLanes * kTileN];   // [slice][row][64 columns]
+  __shared__ __align__(16) float s_red[kGsplitLanes * RM * kTileN];  // [slice][row][64 columns]
   const int oct = threadIdx.x & 7;
   const int pair = threadIdx.x >> 3;                 // r + TR * z
   const int r = pair % TR, z = pair / TR;
-  const int m = blockIdx.y * TR + r;
+  const int rows = TR * RM;                          // the block's rows: r + TR * i, i < RM
+  const int m0 = blockIdx.y * rows;
   const int n0 = blockIdx.x * kTileN + oct * 8;
-  // the outputs this thread adds after the barrier: TR * 64 of them over 256 threads
-  const int outs = TR * kTileN;
+  // the outputs this thread adds after the barrier: rows * 64 <= 2048 of them over 256
+  // threads (rows <= 32, gsplit_shape)
+  const int outs = rows * kTileN;
   const int tpo = outs >= kThreads ? 1 : kThreads / outs;   // threads per output: 1, 2 or 4
   const int per = outs >= kThreads ? outs / kThreads : 1;   // outputs per thread: 1 .. 8
   __half c_old[8];
@@ -69,41 +74,56 @@ corr_gsplit_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
     if (k >= per) continue;
     const int o = (tpo > 1 ? threadIdx.x / tpo : threadIdx.x + k * kThreads);
     const int ro = o / kTileN, col = o - ro * kTileN;
-    const int mo = blockIdx.y * TR + ro, no = blockIdx.x * kTileN + col;
+    const int mo = m0 + ro, no = blockIdx.x * kTileN + col;
     if (mo < M && no < n_end && (tpo == 1 || threadIdx.x % tpo == 0)) {
       at[k] = static_cast<size_t>(mo) * N + no;
       c_old[k] = C[at[k]];
     }
   }
-  float acc[8];
+  float acc[RM][8];
+  const float* arow[RM];
+  bool live[RM];
 #pragma unroll
-  for (int c = 0; c < 8; ++c) acc[c] = 0.0f;
-  if (m < M && n0 < N) {
-    const float* arow = a_sum + static_cast<size_t>(m) * G;
+  for (int i = 0; i < RM; ++i) {
+    const int m = m0 + r + TR * i;
+    live[i] = m < M;
+    arow[i] = a_sum + static_cast<size_t>(live[i] ? m : 0) * G;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[i][c] = 0.0f;
+  }
+  if (live[0] && n0 < N) {
     const float* dcol = delta + n0;
     for (int g0 = z; g0 < G; g0 += S * kGsplitBatch) {
       float dv[kGsplitBatch][8];
-      float av[kGsplitBatch];
+      float av[kGsplitBatch][RM];
 #pragma unroll
       for (int b = 0; b < kGsplitBatch; ++b) {       // every load of the batch before any use
         const int g = g0 + b * S;
         if (g < G) {
           load_octet(dcol + static_cast<size_t>(g) * N, dv[b]);
-          av[b] = __ldg(arow + g);
+#pragma unroll
+          for (int i = 0; i < RM; ++i) av[b][i] = __ldg(arow[i] + g);  // row 0's for rows past M
         } else {
-          av[b] = 0.0f;
+#pragma unroll
+          for (int i = 0; i < RM; ++i) av[b][i] = 0.0f;
 #pragma unroll
           for (int c = 0; c < 8; ++c) dv[b][c] = 0.0f;
         }
       }
 #pragma unroll
-      for (int b = 0; b < kGsplitBatch; ++b)          // in group order
-        if (g0 + b * S < G) fma_octet<kHalfAccum>(acc, av[b], dv[b]);
+      for (int b = 0; b < kGsplitBatch; ++b) {        // in group order
+        if (g0 + b * S >= G) continue;
+#pragma unroll
+        for (int i = 0; i < RM; ++i) fma_octet<kHalfAccum>(acc[i], av[b][i], dv[b]);
+      }
     }
   }
-  float4* dst = reinterpret_cast<float4*>(s_red + (z * TR + r) * kTileN + oct * 8);
-  dst[0] = make_float4(acc[0], acc[1], acc[2], acc[3]);
-  dst[1] = make_float4(acc[4], acc[5], acc[6], acc[7]);
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {
+    float4* dst = reinterpret_cast<float4*>(s_red + (z * rows + r + TR * i) * kTileN + oct * 8);
+    dst[0] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+    dst[1] = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
+  }
   __syncthreads();
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
@@ -111,10 +131,10 @@ corr_gsplit_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
     const int o = (tpo > 1 ? threadIdx.x / tpo : threadIdx.x + k * kThreads);
     const int ro = o / kTileN, col = o - ro * kTileN;
     const int q = tpo > 1 ? threadIdx.x % tpo : 0;
-    const int span = S / tpo;                        // S >= tpo: TR * S = 32, tpo = 4 / TR
+    const int span = S / tpo;                        // tpo > 1 only where rows < 4: S >= 8
     float sum = 0.0f;
     for (int j = q * span; j < (q + 1) * span; ++j) {
-      sum += s_red[(j * TR + ro) * kTileN + col];
+      sum += s_red[(j * rows + ro) * kTileN + col];
       if (kHalfAccum) sum = __half2float(__float2half_rn(sum));  // planted: fp16 throughout
     }
     for (int off = 1; off < tpo; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
@@ -122,12 +142,28 @@ corr_gsplit_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
   }
 }
 
+template <int RM>
+void launch_gsplit_rm(const CorrectionProblem& p, const float* a_sum, int n_end, GsplitShape s,
+                      cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.N + kTileN - 1) / kTileN),
+                  static_cast<unsigned>((p.M + s.TR * RM - 1) / (s.TR * RM)));
+  if (p.flags & kFlagHalfAccum)
+    corr_gsplit_kernel<RM, true><<<grid, kThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end, s.TR, s.S);
+  else
+    corr_gsplit_kernel<RM, false><<<grid, kThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end, s.TR, s.S);
+}
+
 }  // namespace
 
-GsplitShape gsplit_shape(int M, int G) {
+GsplitShape gsplit_shape(int M, int N, int G, int sms) {
   const int s0 = std::min(kGsplitLanes, pow2_at_least((G + kGsplitGroups - 1) / kGsplitGroups));
   const int tr = std::min(kGsplitLanes / s0, pow2_at_least(M));
-  return GsplitShape{tr, kGsplitLanes / tr};
+  const long col_blocks = (N + kTileN - 1) / kTileN;
+  int rm = 1;   // more rows per thread while the grid keeps two blocks per SM: fewer re-reads of delta
+  while (rm < kGsplitMaxRM && tr * rm * 2 <= kGsplitLanes &&
+         col_blocks * ((M + tr * rm * 2 - 1) / (tr * rm * 2)) >= 2L * sms)
+    rm *= 2;
+  return GsplitShape{tr, kGsplitLanes / tr, rm};
 }
 
 bool gsplit_takes(const CorrectionProblem& p) { return p.G >= 2 && p.M >= 1 && p.M <= kGsplitMaxM; }
@@ -139,13 +175,11 @@ cudaError_t launch_gsplit(const CorrectionProblem& p, const float* a_sum, cudaSt
   if (!gsplit_takes(p)) return launch_wide(p, a_sum, stream);
   // flag bit 1 (planted): leave the last 128-column tile untouched, as the others do
   const int n_end = (p.flags & kFlagSkipLastNTile) ? ((p.N - 1) / 128) * 128 : p.N;
-  const GsplitShape s = gsplit_shape(p.M, p.G);
-  const dim3 grid(static_cast<unsigned>((p.N + kTileN - 1) / kTileN),
-                  static_cast<unsigned>((p.M + s.TR - 1) / s.TR));
-  if (p.flags & kFlagHalfAccum)
-    corr_gsplit_kernel<true><<<grid, kThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end, s.TR, s.S);
-  else
-    corr_gsplit_kernel<false><<<grid, kThreads, 0, stream>>>(p.C, a_sum, p.delta, p.M, p.N, p.G, n_end, s.TR, s.S);
+  const int sms = sm_count(p.device) > 0 ? sm_count(p.device) : 132;
+  const GsplitShape s = gsplit_shape(p.M, p.N, p.G, sms);
+  if (s.RM == 4) launch_gsplit_rm<4>(p, a_sum, n_end, s, stream);
+  else if (s.RM == 2) launch_gsplit_rm<2>(p, a_sum, n_end, s, stream);
+  else launch_gsplit_rm<1>(p, a_sum, n_end, s, stream);
   return cudaGetLastError();
 }
 

@@ -230,9 +230,9 @@ cudaError_t launch_wide(const CorrectionProblem& p, const float* a_sum, cudaStre
 // corr_gsplit_kernel takes `p` (G >= 2, M <= 256; else launch_gsplit runs launch_wide), why
 // the gsplit variant cannot (nullptr: it can), and the accumulation reading a_sum.
 struct GsplitShape {
-  int TR, S;   // rows per block, slices of the groups per row: TR * S = 32
+  int TR, S, RM;   // row slots and slices of the groups (TR * S = 32), rows per thread
 };
-GsplitShape gsplit_shape(int M, int G);
+GsplitShape gsplit_shape(int M, int N, int G, int sms);
 bool gsplit_takes(const CorrectionProblem& p);
 const char* gsplit_unsupported(const CorrectionProblem& p);
 cudaError_t launch_gsplit(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream);
