@@ -176,8 +176,9 @@ def test_stream_kernels_within_2_ulp_and_repeatable(variant, M, gs, K, ext, cuda
     stream's kernels elsewhere. gsplit's corr_gsplit_kernel at G >= 2, M <= 256: row slots
     1, 2, 4 and 8 (by M and G), one row per thread and, where the grid stays large, two
     (M = 128, N = 1024, G = 64) and four (M = 100, N = 8192: the last block partly past M),
-    one and two batches of 4 groups per thread (G = 64 at M = 1: 2 groups; G = 256 at
-    K = 8192, g32: 8), 2 or 4 threads per output (M = 1, 2); wide's kernels at M = 300."""
+    one and two batches of 4 groups per thread (G = 64 at M = 2: 4 groups; G = 256 at
+    K = 8192, g32: 8), 1 to 16 threads per C octet (by the block's rows); stream's decode
+    kernel at M = 1 and wide's kernels at M = 300."""
     gen = torch.Generator(device=cuda_device).manual_seed(M * 11 + gs + K)
     N = 8192 if M in (100, 300) else 1024
     # any delta [K / gs, N] will do (the kernels never branch on values); a Marlin pack

@@ -16,15 +16,17 @@
 // octets, two float4 each, and a_sum values all loaded before the first multiply), so a
 // thread pays one or two load round trips, not G. The output threads load their C values
 // first, so C's latency hides behind the sums. The S slices go through shared memory (one
-// barrier) and are added in slice order, by one thread per output (TR >= 4) or by 4 / TR
-// threads each adding 8 slices in order and then a fixed butterfly of shuffles: a fixed
-// order, bitwise repeatable. Each output is then added to its C value in fp32 and written
-// once. No atomics, no scratch beyond a_sum.
+// barrier) and are added in slice order: each C octet (8 columns of a row) by 32 / rows
+// threads, each adding its share of the slices in order, then a fixed butterfly of
+// shuffles: a fixed order, bitwise repeatable. The octet is then added to its C vector in
+// fp32 and written once with a 16-byte store (the first build added single halves, 2-byte
+// loads and stores, and lost to wide at M x N >= 64 x 6144 on an H100, 2026-12-06). No
+// atomics, no scratch beyond a_sum.
 //
 // The host picks S so that a thread holds at most kGsplitGroups groups where it can, TR no
 // larger than M needs, and RM (1, 2, 4) as large as keeps two blocks per SM (gsplit_shape):
 // at larger M each delta octet then travels from L2 once per RM rows, not once per row. Where gsplit_takes refuses (G = 1, or M above
-// kGsplitMaxM) the wide variant's accumulation runs instead (launch_wide).
+// M = 1, or M above kGsplitMaxM) the wide variant's accumulation runs instead (launch_wide).
 // Flag bits (planted defects) as everywhere: fp16 accumulation (the slices and their sum
 // rounded to fp16 as they go), the last 128 columns untouched.
 #include "correction_variants.cuh"
@@ -60,26 +62,17 @@ corr_gsplit_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
   const int rows = TR * RM;                          // the block's rows: r + TR * i, i < RM
   const int m0 = blockIdx.y * rows;
   const int n0 = blockIdx.x * kTileN + oct * 8;
-  // the outputs this thread adds after the barrier: rows * 64 <= 2048 of them over 256
-  // threads (rows <= 32, gsplit_shape)
-  const int outs = rows * kTileN;
-  const int tpo = outs >= kThreads ? 1 : kThreads / outs;   // threads per output: 1, 2 or 4
-  const int per = outs >= kThreads ? outs / kThreads : 1;   // outputs per thread: 1 .. 8
-  __half c_old[8];
-  size_t at[8];
-#pragma unroll
-  for (int k = 0; k < 8; ++k) {                      // C first: its latency hides behind the sums
-    at[k] = SIZE_MAX;
-    c_old[k] = __float2half_rn(0.0f);
-    if (k >= per) continue;
-    const int o = (tpo > 1 ? threadIdx.x / tpo : threadIdx.x + k * kThreads);
-    const int ro = o / kTileN, col = o - ro * kTileN;
-    const int mo = m0 + ro, no = blockIdx.x * kTileN + col;
-    if (mo < M && no < n_end && (tpo == 1 || threadIdx.x % tpo == 0)) {
-      at[k] = static_cast<size_t>(mo) * N + no;
-      c_old[k] = C[at[k]];
-    }
-  }
+  // the C octet (8 columns of one row) this thread adds after the barrier: rows x 8 <= 256
+  // octets (rows <= 32, gsplit_shape), tpo = 32 / rows threads per octet, each adding
+  // S / tpo of its slices (tpo <= S: S = 32 / TR >= 32 / rows)
+  const int tpo = kThreads / (rows * 8);
+  const int oi = threadIdx.x / tpo, q = threadIdx.x % tpo;
+  const int ro = oi >> 3, oc = oi & 7;
+  const int mo = m0 + ro, no = blockIdx.x * kTileN + oc * 8;
+  const bool writes = q == 0 && mo < M && no < n_end;        // n_end: a multiple of 8
+  __half* c_at = C + static_cast<size_t>(writes ? mo : 0) * N + (writes ? no : 0);
+  uint4 cv = writes ? *reinterpret_cast<const uint4*>(c_at)  // C first: its latency hides
+                    : make_uint4(0u, 0u, 0u, 0u);            // behind the sums
   float acc[RM][8];
   const float* arow[RM];
   bool live[RM];
@@ -125,20 +118,31 @@ corr_gsplit_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
     dst[1] = make_float4(acc[i][4], acc[i][5], acc[i][6], acc[i][7]);
   }
   __syncthreads();
+  float sum[8];
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
-    if (k >= per) break;                             // uniform over the block
-    const int o = (tpo > 1 ? threadIdx.x / tpo : threadIdx.x + k * kThreads);
-    const int ro = o / kTileN, col = o - ro * kTileN;
-    const int q = tpo > 1 ? threadIdx.x % tpo : 0;
-    const int span = S / tpo;                        // tpo > 1 only where rows < 4: S >= 8
-    float sum = 0.0f;
-    for (int j = q * span; j < (q + 1) * span; ++j) {
-      sum += s_red[(j * rows + ro) * kTileN + col];
-      if (kHalfAccum) sum = __half2float(__float2half_rn(sum));  // planted: fp16 throughout
+  for (int c = 0; c < 8; ++c) sum[c] = 0.0f;
+  const int span = S / tpo;
+  for (int j = q * span; j < (q + 1) * span; ++j) {  // this thread's slices, in order
+    const float4* src = reinterpret_cast<const float4*>(s_red + (j * rows + ro) * kTileN + oc * 8);
+    const float4 u = src[0], v = src[1];
+    const float x[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      sum[c] += x[c];
+      if (kHalfAccum) sum[c] = __half2float(__float2half_rn(sum[c]));  // planted: fp16 too
     }
-    for (int off = 1; off < tpo; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (at[k] != SIZE_MAX) C[at[k]] = __float2half_rn(__half2float(c_old[k]) + sum);
+  }
+  for (int off = 1; off < tpo; off <<= 1)            // the tpo parts: a fixed butterfly
+#pragma unroll
+    for (int c = 0; c < 8; ++c) sum[c] += __shfl_xor_sync(0xffffffffu, sum[c], off);
+  if (writes) {
+    __half2* h = reinterpret_cast<__half2*>(&cv);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float2 f = __half22float2(h[j]);
+      h[j] = __floats2half2_rn(f.x + sum[2 * j], f.y + sum[2 * j + 1]);
+    }
+    *reinterpret_cast<uint4*>(c_at) = cv;
   }
 }
 
@@ -166,7 +170,9 @@ GsplitShape gsplit_shape(int M, int N, int G, int sms) {
   return GsplitShape{tr, kGsplitLanes / tr, rm};
 }
 
-bool gsplit_takes(const CorrectionProblem& p) { return p.G >= 2 && p.M >= 1 && p.M <= kGsplitMaxM; }
+// M = 1: stream's decode kernel (launch_wide -> launch_stream) measured faster on an H100
+// (8.0 against 13.5 pp over rmw at M1-N2048-K2048-g128, 2026-12-06)
+bool gsplit_takes(const CorrectionProblem& p) { return p.G >= 2 && p.M >= 2 && p.M <= kGsplitMaxM; }
 
 const char* gsplit_unsupported(const CorrectionProblem& p) { return wide_unsupported(p); }
 

@@ -227,7 +227,7 @@ cudaError_t launch_wide_decode(const CorrectionProblem& p, cudaStream_t stream);
 const char* wide_unsupported(const CorrectionProblem& p);
 cudaError_t launch_wide(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream);
 // correction_variant_gsplit.cu: a block's (rows, slices of G) for M and G, whether
-// corr_gsplit_kernel takes `p` (G >= 2, M <= 256; else launch_gsplit runs launch_wide), why
+// corr_gsplit_kernel takes `p` (G >= 2, 2 <= M <= 256; else launch_gsplit runs launch_wide), why
 // the gsplit variant cannot (nullptr: it can), and the accumulation reading a_sum.
 struct GsplitShape {
   int TR, S, RM;   // row slots and slices of the groups (TR * S = 32), rows per thread

@@ -94,7 +94,7 @@ enum CorrectionVariant : int {
                               // the floor of a correction reading C after Marlin
                               // (correction_variant_floor.cu)
   kVariantGsplit = 11,        // stream's sequence with the groups split over a block's threads
-                              // at M <= 256, G >= 2 (correction_variant_gsplit.cu); wide's
+                              // at 2 <= M <= 256, G >= 2 (correction_variant_gsplit.cu); wide's
                               // accumulation elsewhere
   kVariantCount = 12
 };

@@ -88,12 +88,12 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "columns of 1-4 rows; at M <= 4 one kernel after Marlin on its stream (group "
             "sums and accumulation, no side stream); elsewhere stream's kernels"),
     Variant("gsplit", 11, "correction",
-            "stream's sequence with another accumulation at M <= 256 for grouped weights (G "
-            ">= 2): a block per 64 columns of 1-32 rows whose threads split the groups, each "
+            "stream's sequence with another accumulation at 2 <= M <= 256 for grouped weights "
+            "(G >= 2): a block per 64 columns of 1-32 rows whose threads split the groups, each "
             "thread with all loads of its (at most 4) groups in flight at once, the slices "
-            "added in order in shared memory after one barrier (issue 41: the accumulation "
-            "kernels before it walked the groups in a chain of loads); wide's accumulation "
-            "elsewhere"),
+            "added in order in shared memory after one barrier, C in 16-byte vectors (issue "
+            "41: the accumulation kernels before it walked the groups in a chain of loads); "
+            "wide's accumulation elsewhere (stream's decode kernel at M = 1)"),
     Variant("marlin_only", 0, "baseline",
             "Marlin alone (no zeroing, no correction): the overhead baseline"),
     Variant("empty", 6, "floor",
