@@ -103,11 +103,12 @@ def test_ext_id():
 
 
 def test_default_variant_is_the_studied_pick():
-    # docs/hopper.md section 5.5: stream at decode, wide above (the H200 study, graph mode)
+    # docs/hopper.md sections 5.5 and 5.8: wide above decode (the H200 study, graph mode),
+    # gsplit at decode (two H100 studies, 2026-12-06)
     assert marlin_asym.DEFAULT_VARIANT == "auto"
     assert set(cv.AUTO_BY_CLASS) == {c for c, _, _ in cv.SHAPE_CLASSES}
     assert [cv.concrete_variant("auto", m) for m in (1, 16, 17, 64, 1024)] == \
-        ["stream", "stream", "wide", "wide", "wide"]
+        ["gsplit", "gsplit", "wide", "wide", "wide"]
 
 
 def test_variant_and_correction_flags_are_constructor_arguments(monkeypatch):
@@ -450,9 +451,9 @@ def test_auto_never_hands_stream_or_wide_a_group_they_refuse():
     side_stream; a variant asked for by name still refuses (its own test on the GPU)."""
     assert cv.concrete_variant("auto", 8, 384) == cv.AUTO_UNCUT == "side_stream"
     assert cv.concrete_variant("auto", 64, 640) == "side_stream"
-    assert cv.concrete_variant("auto", 8, 128) == "stream"
+    assert cv.concrete_variant("auto", 8, 128) == "gsplit"
     assert cv.concrete_variant("auto", 1024, 8192) == "wide"
-    assert cv.concrete_variant("auto", 8) == "stream"          # group not given: not checked
+    assert cv.concrete_variant("auto", 8) == "gsplit"          # group not given: not checked
     assert cv.concrete_variant("stream", 8, 384) == "stream"   # by name: never replaced
     assert marlin_asym.call_group_size(-1, 384) == 384
     assert marlin_asym.call_group_size(128, 8192) == 128

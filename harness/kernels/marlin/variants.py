@@ -30,8 +30,9 @@ from dataclasses import dataclass
 
 VARIANT_ENV = "HARNESS_CORRECTION_VARIANT"
 #: The variant ``marlin_asym`` runs unless told otherwise: ``auto``, i.e. per shape class
-#: the variant ``AUTO_BY_CLASS`` names (the correction study's pick on the H200:
-#: stream at decode, wide above since 2026-12-04; docs/hopper.md section 5.5).
+#: the variant ``AUTO_BY_CLASS`` names (the correction study's picks: wide above decode
+#: since 2026-12-04 on the H200, docs/hopper.md section 5.5; gsplit at decode since
+#: 2026-12-06 on two H100s, section 5.8).
 DEFAULT_VARIANT = "auto"
 
 #: Variant ids of the extension's ``marlin_asym_variant`` (index = id). Keep in step with
@@ -131,8 +132,13 @@ SHAPE_CLASSES = (("decode", 1, 16), ("mid", 17, 256), ("large", 257, math.inf))
 #: 0.85-1.00x stream's time at M >= 32 in graph mode (the gating mode) but 1.00-1.04x at
 #: M = 1, so decode keeps stream; eager at M = 1 wide needs a third less host work per call
 #: (``HARNESS_CORRECTION_VARIANT=wide`` for a host-bound eager decode; docs/hopper.md 5.5).
+#: Decode runs gsplit since 2026-12-06 (docs/hopper.md 5.8): on a fresh H100 the shipped
+#: build cut the M = 16 grouped shapes' excess over the rmw floor by 6.0-18.3 pp (graph;
+#: its first build, on another H100, by 4.2-19.5), and it runs stream's own kernels at M = 1
+#: and for per-column weights; it lost at M >= 128 and where C is large, so mid and large
+#: keep wide. Not yet measured on an H200.
 AUTO_BY_CLASS: dict[str, str] = {
-    "decode": "stream", "mid": "wide", "large": "wide",
+    "decode": "gsplit", "mid": "wide", "large": "wide",
 }
 
 
