@@ -30,20 +30,24 @@ TABLE = {
 }
 
 
-def _excess(tag: str, mode: str = "graph") -> pd.DataFrame:
-    d = pd.read_csv(DATA / f"study-correction-h100-96dfbc2-gsplit-{tag}.csv.gz")
+def _excess(file: str, mode: str = "graph") -> pd.DataFrame:
+    """(variant - rmw) / Marlin alone x 100 per (class, shape) for stream, wide and gsplit,
+    with ``default`` (``PICK``) and ``new`` (gsplit at decode, wide above)."""
+    d = pd.read_csv(DATA / file)
     d = d[d["mode"] == mode]
     t = d.pivot_table(index=["shape_class", "case_id"], columns="variant", values="time_us")
     marlin = d.groupby("case_id").marlin_us.first().reindex(t.index.get_level_values(1)).values
     x = pd.DataFrame({v: (t[v] - t["rmw"]) / marlin * 100 for v in ("stream", "wide", "gsplit")},
                      index=t.index)
     x["default"] = [x.loc[i, PICK[i[0]]] for i in x.index]
-    return x.droplevel(0)
+    x["new"] = [x.loc[i, "gsplit" if i[0] == "decode" else "wide"] for i in x.index]
+    return x
 
 
 @pytest.fixture(scope="module")
 def excess():
-    return {tag: _excess(tag) for tag in STUDIES}
+    return {tag: _excess(f"study-correction-h100-96dfbc2-gsplit-{tag}.csv.gz").droplevel(0)
+            for tag in STUDIES}
 
 
 def test_the_studies_cover_the_production_matrix_on_one_h100(excess):
@@ -77,23 +81,11 @@ def test_the_per_column_rows_and_the_medians(excess):
 S4 = "study-correction-h100-c311745-gsplit-s4.csv.gz"
 
 
-def _excess_s4(mode: str) -> pd.DataFrame:
-    d = pd.read_csv(DATA / S4)
-    d = d[d["mode"] == mode]
-    t = d.pivot_table(index=["shape_class", "case_id"], columns="variant", values="time_us")
-    marlin = d.groupby("case_id").marlin_us.first().reindex(t.index.get_level_values(1)).values
-    x = pd.DataFrame({v: (t[v] - t["rmw"]) / marlin * 100 for v in ("stream", "wide", "gsplit")},
-                     index=t.index)
-    x["old"] = [x.loc[i, PICK[i[0]]] for i in x.index]
-    x["new"] = [x.loc[i, "gsplit" if i[0] == "decode" else "wide"] for i in x.index]
-    return x
-
-
 def test_the_shipped_build_at_decode_and_the_new_default():
     """§5.8's second table and the lines under it (s4, graph): the M16 grouped shapes,
     decode's median and max, the 56-shape median and max of the default before and after;
     stream's own kernels at M = 1 and per-column (within 0.8 pp graph, 2.9 cold)."""
-    x = _excess_s4("graph")
+    x = _excess(S4)
     dec = x.xs("decode", level=0)
     got = {c: (round(float(dec.loc[c, "stream"]), 1), round(float(dec.loc[c, "gsplit"]), 1))
            for c in dec.index if c.startswith("M16-") and "-g128-" in c}
@@ -103,11 +95,12 @@ def test_the_shipped_build_at_decode_and_the_new_default():
         return [round(float(v), 1) for v in vs]
     assert r(dec.stream.median(), dec.stream.max(), dec.gsplit.median(),
              dec.gsplit.max()) == [12.4, 37.7, 11.5, 24.3]
-    assert r(x.old.median(), x.old.max(), x.new.median(), x.new.max()) == [11.8, 37.7, 11.7, 25.7]
+    assert r(x.default.median(), x.default.max(), x.new.median(),
+             x.new.max()) == [11.8, 37.7, 11.7, 25.7]
     assert x.new.droplevel(0).idxmax() == "M128-N8192-K2048-g128-s0"
     same_route = [c for c in dec.index if c.startswith("M1-") or "-gK-" in c]
     assert (dec.loc[same_route, "gsplit"] - dec.loc[same_route, "stream"]).abs().max() <= 0.8
-    cold = _excess_s4("cold").xs("decode", level=0)
+    cold = _excess(S4, "cold").xs("decode", level=0)
     assert (cold.loc[same_route, "gsplit"] - cold.loc[same_route, "stream"]).abs().max() <= 2.9
     assert [round(float(cold[v].median()), 1) for v in ("stream", "gsplit")] == [37.1, 32.7]
     mid = x.xs("mid", level=0)
