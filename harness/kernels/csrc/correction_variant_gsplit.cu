@@ -44,12 +44,6 @@ constexpr int kGsplitMaxM = 256;      // larger M: wide's accumulation
 constexpr int kGsplitMaxRM = 4;       // rows per thread, at most
 static_assert(kTileN / 8 * kGsplitLanes == kThreads, "8 octets x 32 (row, slice) pairs");
 
-int pow2_at_least(int x) {
-  int p = 1;
-  while (p < x) p *= 2;
-  return p;
-}
-
 template <int RM, bool kHalfAccum>
 __global__ void __launch_bounds__(kThreads)
 corr_gsplit_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,

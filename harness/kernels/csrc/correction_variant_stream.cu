@@ -217,12 +217,6 @@ corr_stream_split_kernel(__half* __restrict__ C, const float* __restrict__ a_sum
   }
 }
 
-inline int pow2_at_least(int x) {
-  int p = 1;
-  while (p < x) p *= 2;
-  return p;
-}
-
 template <int RM>
 cudaError_t launch_stream_rm(const CorrectionProblem& p, const float* a_sum, int n_end, bool half,
                              cudaStream_t stream) {

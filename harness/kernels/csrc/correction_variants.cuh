@@ -143,6 +143,13 @@ inline int segment_width(int vectors_per_group) {
   return w;
 }
 
+// The least power of two >= x (1 for x <= 1): block shapes of stream's and gsplit's kernels.
+inline int pow2_at_least(int x) {
+  int p = 1;
+  while (p < x) p *= 2;
+  return p;
+}
+
 inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 inline bool valid_device(int d) { return d >= 0 && d < kMaxDev; }
