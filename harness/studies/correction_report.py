@@ -74,11 +74,20 @@ def marlin_failures(rows: list[dict], candidates) -> set[str]:
     return bad
 
 
-def recommend(rows: list[dict], candidates) -> dict[str, dict]:
-    """Per shape class, the variant correct on every shape (``marlin_failures`` left out)
-    with the lowest median mean-of-modes overhead."""
+#: The modes the recommendation ranks by: graph replay, the mode the gate judges speed in
+#: (``reports.policy.GATING_MODES``). Eager (cold) rows still decide correctness.
+RANK_MODES = ("graph",)
+
+
+def recommend(rows: list[dict], candidates, rank_modes=RANK_MODES) -> dict[str, dict]:
+    """Per shape class, the variant correct on every shape in every mode measured
+    (``marlin_failures`` left out) with the lowest median overhead in ``rank_modes`` (per
+    shape, the mean over those modes). A study that measured none of ``rank_modes`` is
+    ranked by every mode it has. Each pick names the modes it was ranked by."""
     classes = dict.fromkeys(r["shape_class"] for r in rows)
     skip = marlin_failures(rows, candidates)
+    measured = {r["mode"] for r in rows}
+    ranked = tuple(m for m in rank_modes if m in measured) or tuple(sorted(measured))
     picks = {}
     for cls in classes:
         cases = sorted({r["case_id"] for r in rows if r["shape_class"] == cls} - skip)
@@ -87,8 +96,8 @@ def recommend(rows: list[dict], candidates) -> dict[str, dict]:
             per_case = []
             for cid in cases:
                 sel = [r for r in rows if r["case_id"] == cid and r["variant"] == v]
-                vals = [_num(r, "overhead_pct") for r in sel]
-                if not sel or any(r.get("correct") is not True for r in sel) or None in vals:
+                vals = [_num(r, "overhead_pct") for r in sel if r["mode"] in ranked]
+                if not vals or any(r.get("correct") is not True for r in sel) or None in vals:
                     per_case = None
                     break
                 per_case.append(sum(vals) / len(vals))
@@ -96,6 +105,7 @@ def recommend(rows: list[dict], candidates) -> dict[str, dict]:
                 score = statistics.median(per_case)
                 if best is None or score < best["score_pct"]:
                     best = {"variant": v, "score_pct": score, "shapes": len(per_case),
+                            "ranked_by": list(ranked),
                             "marlin_failures": sorted(c for c in skip if any(
                                 r["case_id"] == c and r["shape_class"] == cls for r in rows))}
         if best is not None:
@@ -321,7 +331,9 @@ def render_markdown(rows, summary, picks, targets, header: list[str],
                      f"{fmt(s['median_overhead_us'], '.2f')} "
                      f"| {fmt(s['median_floor_ratio'], '.2f')} | "
                      f"{fmt(s['max_corr_ulp'], '.2f')} |")
-    lines += ["", "## Recommendation (fastest correct variant per shape class, mean of modes)", ""]
+    ranked = sorted({m for p in picks.values() for m in p.get("ranked_by", ())})
+    lines += ["", "## Recommendation (fastest correct variant per shape class, ranked by "
+              f"{' + '.join(ranked) or 'every mode'})", ""]
     lines += [f"- {c}: **{p['variant']}** (median overhead {p['score_pct']:.1f}% "
               f"over {p['shapes']} shapes"
               + (f"; left out, Marlin's own failures: {', '.join(p['marlin_failures'])}"
@@ -368,9 +380,11 @@ def render_markdown(rows, summary, picks, targets, header: list[str],
     return "\n".join(lines) + "\n"
 
 
-def write_outputs(out: Path, rows, extra: dict, header: list[str]) -> tuple[list, dict, list]:
+def write_outputs(out: Path, rows, extra: dict, header: list[str],
+                  rank_modes=RANK_MODES) -> tuple[list, dict, list]:
     summary = summarize(rows)
-    picks = recommend(rows, [v for v in CORRECTIONS if any(r["variant"] == v for r in rows)])
+    picks = recommend(rows, [v for v in CORRECTIONS if any(r["variant"] == v for r in rows)],
+                      rank_modes)
     targets = evaluate_targets(rows, picks) + floor_targets(rows, picks)
     shipped = shipped_picks(rows)
     shipped_targets = evaluate_targets(rows, shipped) + floor_targets(rows, shipped)

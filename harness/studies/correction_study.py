@@ -70,6 +70,7 @@ from .correction_bench import (  # noqa: F401  (re-exported: tests and callers u
 from .correction_report import (  # noqa: F401  (re-exported: the study's public helpers)
     COLUMNS,
     FLOOR_TARGETS,
+    RANK_MODES,
     TARGETS,
     ULP_BUDGET,
     auto_line,
@@ -206,6 +207,9 @@ def parse_args(argv=None):
     p.add_argument("--filter", default=None, help="case filter expression (see `harness cases`)")
     p.add_argument("--variants", default=",".join(v for v in STUDIED if v != "marlin_only"))
     p.add_argument("--modes", default="cold,graph")
+    p.add_argument("--rank-modes", default=",".join(RANK_MODES),
+                   help="modes the recommendation ranks by (default: graph, the gating mode; "
+                        "'cold,graph' ranks by their mean)")
     p.add_argument("--budget-s", type=float, default=170.0,
                    help="stop starting cases after this wall time")
     p.add_argument("--max-copies", type=int, default=256)
@@ -219,9 +223,11 @@ def parse_args(argv=None):
     if not a.sanity_json:
         a.variants = ["marlin_only"] + [v for v in a.variants if v != "marlin_only"]
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    for m in a.modes:
-        if m not in ("cold", "graph"):
-            p.error(f"--modes: {m!r} is not cold or graph")
+    a.rank_modes = tuple(m.strip() for m in a.rank_modes.split(",") if m.strip())
+    for flag, modes in (("--modes", a.modes), ("--rank-modes", a.rank_modes)):
+        for m in modes:
+            if m not in ("cold", "graph"):
+                p.error(f"{flag}: {m!r} is not cold or graph")
     return a
 
 
@@ -331,21 +337,20 @@ def main(argv=None) -> int:
             + " us; best "
             + (f"{best['variant']} {best['mode']} {best['overhead_pct']:+.1f}%" if best else "-")
             + f" ({durations[-1]:.1f} s)")
-        write_outputs(out, rows, extra, header)
+        write_outputs(out, rows, extra, header, args.rank_modes)
     if pool is not None:
         pool.shutdown(cancel_futures=True)
     extra["pdl_fallbacks"] = int(ext.pdl_fallbacks())
     header.append("PDL launches refused by the driver and relaunched plainly: "
                   f"{extra['pdl_fallbacks']}.")
-    summary, picks, targets = write_outputs(out, rows, extra, header)
+    summary, picks, targets = write_outputs(out, rows, extra, header, args.rank_modes)
     log("summary (variant, mode: median / max overhead %, median floor ratio, max corr ULP):")
     for s in summary:
         log(f"  {s['variant']:16s} {s['mode']:5s} {fmt(s['median_overhead_pct']):>7s} / "
             f"{fmt(s['max_overhead_pct']):>7s}  {fmt(s['median_floor_ratio'], '.2f'):>6s}  "
             f"{fmt(s['max_corr_ulp'], '.2f'):>6s}  errors {s['errors']} incorrect {s['incorrect']}")
-    log("Recommendation: " + (", ".join(f"{c} -> {p['variant']} ({p['score_pct']:.1f}%)"
-                                        for c, p in picks.items())
-                              or "none"))
+    ranked = ", ".join(f"{c} -> {p['variant']} ({p['score_pct']:.1f}%)" for c, p in picks.items())
+    log(f"Recommendation (ranked by {'+'.join(args.rank_modes)}): {ranked or 'none'}")
     log("paste into harness/kernels/marlin/variants.py: " + auto_line(picks))
     for name, ok, val in targets:
         log(f"  {'PASS' if ok else 'FAIL'} {name}: {val}")

@@ -241,9 +241,27 @@ def test_recommend_skips_a_variant_wrong_anywhere_in_the_class():
     picks = study.recommend(_rows(), ["two_kernel", "fused", "side_stream"])
     assert picks["decode"]["variant"] == "side_stream"      # fused is wrong at M16
     assert picks["mid"]["variant"] == "side_stream"
-    assert picks["mid"]["score_pct"] == pytest.approx(6.0)
+    assert picks["mid"]["score_pct"] == pytest.approx(3.0)     # graph, the gating mode
+    assert picks["mid"]["ranked_by"] == ["graph"]
     assert study.auto_line(picks) == ('AUTO_BY_CLASS = {"decode": "side_stream", '
                                       '"mid": "side_stream", "large": "two_kernel"}')
+
+
+def test_recommend_ranks_by_the_gating_mode_not_the_mean_of_modes():
+    """A variant cheaper in graph mode but dearer in eager mode wins under the default
+    (graph, the mode the gate judges) and loses when asked to rank by the mean of modes;
+    a study that measured only eager mode is ranked by what it has."""
+    rows = _rows()
+    for r in rows:                                 # at M64: fused 20 / 2, side_stream 9 / 3
+        if r["case_id"] == "M64" and r["variant"] == "fused" and r["mode"] == "graph":
+            r["overhead_pct"] = 2.0
+    cands = ["two_kernel", "fused", "side_stream"]
+    assert study.recommend(rows, cands)["mid"]["variant"] == "fused"
+    mean = study.recommend(rows, cands, ("cold", "graph"))["mid"]
+    assert (mean["variant"], mean["score_pct"], mean["ranked_by"]) == (
+        "side_stream", pytest.approx(6.0), ["cold", "graph"])
+    cold = study.recommend([r for r in rows if r["mode"] == "cold"], cands)["mid"]
+    assert (cold["variant"], cold["ranked_by"]) == ("side_stream", ["cold"])
 
 
 def test_recommend_leaves_out_marlins_own_failures():
