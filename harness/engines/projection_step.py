@@ -183,7 +183,7 @@ def project(result: GateResult, matrix: str, measured: Mapping[tuple[str, Key], 
     # (a 1% one sent 62 of 168 production rows of an unchanged H100 run to A/B, 2026-12-05);
     # the projection has removed each class's factor already: a path's own move is the one
     wide = replace(settings, ab_path_screen=max(settings.ab_path_screen, settings.ab_screen))
-    screened, gate = screen(current, projected, wide, against_others=False)
+    screened, gate = screen(current, projected, wide, against_others=False, both_ways=True)
     projection = Projection(reference_model, runner_model, factors,
                             settings.projection_sample,
                             tuple(sorted("|".join(k) for k in mine if k in have)))

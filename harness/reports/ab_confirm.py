@@ -171,14 +171,20 @@ def screen_keys(current: Sequence[ResultRow], baseline: Sequence[ResultRow],
 
 
 def screen(current: Sequence[ResultRow], baseline: Sequence[ResultRow], settings: Settings,
-           *, partial: bool | str = False,
-           against_others: bool = True) -> tuple[set[Key], GateResult]:
+           *, partial: bool | str = False, against_others: bool = True,
+           both_ways: bool = False) -> tuple[set[Key], GateResult]:
     """``screen_keys``' keys and the gate they were read from (min_effect = ab_screen,
-    no margins): each screened row's own reading against ``baseline``."""
+    no margins): each screened row's own reading against ``baseline``. ``both_ways``:
+    rows and paths that moved beyond the screen to the faster side go to A/B too (a
+    foreign model, where the A/B is the only reading that can call a row FASTER; the
+    same-model gate calls FASTER against its stored margins)."""
     loose = replace(settings, min_effect=settings.ab_screen)
     res = evaluate(current, baseline, loose, margins={}, partial=partial)
     keys = {v.key for v in res.failures if v.verdict == Verdict.SLOWER}
-    moved = moved_paths(res.verdicts, settings, against_others)
+    if both_ways:
+        keys |= {v.key for v in res.verdicts if v.verdict == Verdict.FASTER and _both_ok(v)
+                 and row_fails(Verdict.SLOWER, v.current.role, v.mode, settings)}
+    moved = moved_paths(res.verdicts, settings, against_others, both_ways)
     for v in res.verdicts:
         if (_both_ok(v) and (v.path, v.mode) in moved
                 and row_fails(Verdict.SLOWER, v.current.role, v.mode, settings)):
@@ -186,12 +192,13 @@ def screen(current: Sequence[ResultRow], baseline: Sequence[ResultRow], settings
     return keys, res
 
 
-def moved_paths(verdicts: Sequence, settings: Settings,
-                against_others: bool = True) -> dict[tuple[str, str], float]:
+def moved_paths(verdicts: Sequence, settings: Settings, against_others: bool = True,
+                both_ways: bool = False) -> dict[tuple[str, str], float]:
     """(path, mode) -> its move (``path_moves``), for the paths that moved beyond
-    ``settings.ab_path_screen``: the screen sends their gated rows whole."""
+    ``settings.ab_path_screen`` (slower; either way with ``both_ways``): the screen sends
+    their gated rows whole."""
     return {k: m for k, m in path_moves(verdicts, against_others).items()
-            if m > settings.ab_path_screen}
+            if (abs(m) if both_ways else m) > settings.ab_path_screen}
 
 
 def _both_ok(v) -> bool:
@@ -311,8 +318,9 @@ def judged_here(v: RowVerdict, ab: ABRow, projection: Projection | None, said: s
     how = projection.factor_text(v.current) if projection is not None else "no projection"
     rest = tuple(r for r in v.reasons if not r.startswith("timing not compared"))
     if ab.source == PROJECTED:
-        faster = (" (faster than the projection: on another model a speed-up is called by "
-                  "an A/B only)" if ab.change < -ab.threshold else "")
+        faster = (" (faster than the projection, not significantly or screened one-sided: "
+                  "on another model a speed-up is called by an A/B only)"
+                  if ab.change < -ab.threshold else "")
         why = (f"judged on this runner: {ab.change:+.2%} against the baseline projected by "
                f"{how}, inside the {ab.threshold:.1%} screen{faster}")
         return replace(v, verdict=Verdict.SAME, fails=False, reasons=(why, *rest),

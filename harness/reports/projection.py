@@ -15,10 +15,11 @@ cores, a scalar kernel with neither) and by a per-row part (cuBLAS picks other k
    itself, so a path that moved as a whole is not absorbed into its own factor;
 2. **the projection**: every gated row's baseline scaled by its class's factor, and for
    the rows measured here, that measurement itself (``projected_baseline``);
-3. **the screen** (``reports.ab_confirm.screen_keys`` against the projection): a row that
-   moved beyond ``ab_screen``, and every row of a (path, mode) whose median moved beyond
-   it, is measured A/B against the baseline's commit on the runner, and that reading is its
-   verdict; every other gated row reads SAME, its change against the projection recorded
+3. **the screen** (``reports.ab_confirm.screen`` against the projection, ``both_ways``): a
+   row that moved beyond ``ab_screen``, slower or faster, and every row of a (path, mode)
+   whose median moved beyond it, is measured A/B against the baseline's commit on the
+   runner, and that reading is its verdict (SLOWER, SAME or FASTER); every other gated row
+   reads SAME, its change against the projection recorded
    (``Projection``, stored in the run's A/B record so ``harness report`` replays it).
 
 A class whose sample could not be measured has no factor: its rows stay

@@ -216,6 +216,29 @@ def test_a_real_slowdown_on_another_model_fails_that_path_and_no_other(tmp_path,
     assert "SLOWER" not in {v for k, v in verdicts.items() if k[1] != path}
 
 
+@pytest.mark.parametrize("per_class", [0, 1])
+def test_a_real_speed_up_on_another_model_reads_faster_on_that_path_alone(tmp_path, per_class):
+    """A path 6% faster is sent to A/B by the screen's faster side too, so the job says
+    FASTER on another model, as the same-model gate does against its margins (before,
+    the screen sent only slowdowns and every speed-up read SAME, 'projected'); the
+    unchanged paths read SAME and the job passes."""
+    fast = {"marlin_asym": 0.94}
+    repo, base_sha, head_sha = _repo(tmp_path, fast)
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, fast)
+    fake = OnTheRunner()
+    code = ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=replace(S, projection_sample=per_class),
+                             rounds=3, repo=repo, runner=fake, echo=lambda s: None)
+    assert code == 0
+    verdicts = _gated(run_dir)
+    mine = [v for k, v in verdicts.items() if k[1] == "marlin_asym"]
+    assert sum(v == "FASTER" for v in mine) >= 0.95 * len(mine), mine
+    assert set(v for k, v in verdicts.items() if k[1] != "marlin_asym") <= {"SAME"}
+    rec = stored_ab(read_meta(run_dir / "synthetic.json"))
+    sources = {r.source for r in rec.rows if r.path == "marlin_asym" and r.mode == "graph"}
+    assert sources == {""}                         # every one of them an A/B reading
+
+
 #: the factor's benches at the bench's own settings
 OWN = dict(projection_min_samples=0, projection_warmup_ms=0.0, projection_accuracy_runs=0)
 
