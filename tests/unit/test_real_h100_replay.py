@@ -2,7 +2,8 @@
 d1-d3, the tenth's e1-e2, the eleventh's f1, the twelfth's g1, the thirteenth's h1;
 docs/measurement.md §9.8-9.13, §16.4-16.7) and of the fourteenth's H200 call k1 (§9.14)
 and H100 call m1 (§16.8), the fifteenth's H100 calls n1-n4 (§16.9) and the sixteenth's
-H100 calls p1-p4 (§16.10) and the seventeenth's H100 calls q1-q4 (§16.11) and H200 call q5 (§9.17)
+H100 calls p1-p4 (§16.10), the seventeenth's H100 calls q1-q4 (§16.11) and H200 call q5 (§9.17),
+the eighteenth's r1-r4 (§16.12) and the twentieth's t1 (§16.13)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
@@ -29,6 +30,7 @@ N1 = "n1/{}/35605860ce94/sm90"
 P = "p{}/{}/d102c2b5f461/sm90"
 Q = "q{}/{}/f34c2994bb21/sm90"
 R = "r{}/{}/ab980ea60968/sm90"
+T = "t{}/{}/6de0b5d2b69a/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -111,6 +113,11 @@ ARCHIVES = {
         R.format(3, "plantedjob3"): (False, True, 1, 280),
         R.format(4, "aa"): (False, False, 0, 380),
         R.format(4, "plantedjob"): (False, True, 1, 280)}),
+    # the twentieth session's fresh H100 at 6de0b5d (gsplit at decode): t1 same-model,
+    # foreign and the regression judged as foreign
+    "h100-2026-12-06-t.tar.gz": ("h100-2026-12-06-t", {
+        T.format(1, "aa"): (False, False, 0, 380), T.format(1, "foreign"): (True, False, 0, 380),
+        "t1/regressforeign/ecada57a4211/sm90": (True, False, 1, 380)}),
 }
 
 
