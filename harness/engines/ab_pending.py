@@ -18,7 +18,7 @@ from ..config import Settings
 from ..reports.ab_confirm import AB_KEY, ABRecord, ABRow, apply_ab, moved_paths, same_commit, screen
 from ..reports.gate import evaluate, stored_remeasure
 from ..reports.gate_record import stored_partial, write_gate_record
-from ..reports.projection import PROJECTED, SCREENED
+from ..reports.projection import CONTRADICTED, PROJECTED, SCREENED
 from ..reports.stats import call_of
 from ..reports.verdicts import SPEED_CALLS, GateResult, RowVerdict, Verdict
 from ..results.baseline import check_baseline_gate, run_settings
@@ -145,6 +145,18 @@ def reading_of(matrix: str, v: RowVerdict, got: Mapping, extended: Mapping,
     return verdict, r.time_change, r.threshold, extended.get(v.key, 0)
 
 
+def contradicted(row: ABRow, proj) -> ABRow:
+    """``row`` as SAME (``CONTRADICTED``, its reading kept) where another model's screen
+    sent it for one direction and its A/B called the other (``Projected.directions``);
+    else ``row``. A same-model A/B (``proj`` None) is left alone."""
+    if proj is None or row.verdict not in (Verdict.SLOWER.value, Verdict.FASTER.value):
+        return row
+    allowed = proj.directions.get(row.key)
+    if allowed is None or row.verdict in allowed:
+        return row
+    return replace(row, verdict=Verdict.SAME.value, source=CONTRADICTED)
+
+
 #: A/B verdicts that are readings (MISSING, ERROR: the A/B measured nothing usable)
 READ = frozenset(c.value for c in SPEED_CALLS)
 
@@ -164,8 +176,9 @@ def store_readings(run_dir: Path, matrix: str, pending: Pending, readings: Mappi
     unread = [v for v in pending.slow if proj is not None
               and (v.key not in readings or readings[v.key][0][0] not in READ)]
     skip = {v.key for v in unread}
-    rows = tuple(ABRow(*v.key, *readings[v.key][0],
-                       "" if readings[v.key][1] == record_base else readings[v.key][1])
+    rows = tuple(contradicted(ABRow(*v.key, *readings[v.key][0],
+                                    "" if readings[v.key][1] == record_base
+                                    else readings[v.key][1]), proj)
                  for v in pending.slow if v.key in readings and v.key not in skip)
     if proj is not None:       # the rows inside the screen, projected; the unread, screened
         rows += tuple(ABRow(*k, verdict, change, pending.result.settings.ab_screen,

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from ..config import Settings
 from ..errors import CompareError
-from ..reports.ab_confirm import screen
+from ..reports.ab_confirm import moved_paths, screen
 from ..reports.projection import (
     Projection,
     judged_rows,
@@ -40,7 +40,7 @@ from ..reports.projection import (
     projected_baseline,
     projected_readings,
 )
-from ..reports.verdicts import GateResult, RowVerdict
+from ..reports.verdicts import GateResult, RowVerdict, Verdict
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import load_run
 from .bench_runner import BenchRequest, bench_paths, bench_rows
@@ -59,6 +59,9 @@ class Projected:
     #: the screen's own reading of each screened row against the projection (key ->
     #: (verdict, change, threshold)): what stands for a row whose A/B gives no reading
     screen_readings: Mapping[Key, tuple[str, float, float]] = field(default_factory=dict)
+    #: the directions each screened row was sent for (``SLOWER`` / ``FASTER``: its own
+    #: screen verdict, its path's move): an A/B call outside them is ``CONTRADICTED``
+    directions: Mapping[Key, frozenset[str]] = field(default_factory=dict)
 
 
 def sample_plan(results: Mapping[str, GateResult], settings: Settings,
@@ -190,4 +193,26 @@ def project(result: GateResult, matrix: str, measured: Mapping[tuple[str, Key], 
     return Projected(projection, [v for v in judged if v.key in screened],
                      projected_readings(current, projected, screened),
                      {v.key: (v.verdict.value, v.time_change, v.threshold)
-                      for v in gate.verdicts if v.key in screened and v.current is not None})
+                      for v in gate.verdicts if v.key in screened and v.current is not None},
+                     screen_directions(gate, wide, screened))
+
+
+def screen_directions(gate: GateResult, settings: Settings,
+                      screened: set[Key]) -> dict[Key, frozenset[str]]:
+    """Per screened row, the directions it was sent for: its own screen verdict (SLOWER or
+    FASTER) and the direction its (path, mode) moved in, where the path moved beyond the
+    path screen. A real slowdown is sent as slower by one or the other; a row the screen
+    sent as faster alone cannot be failed by an A/B round that happens to read it slower
+    (t2, 962674c: -2.2% on the screen, +2.76% on three A/B rounds, the same row +0.15%
+    and +0.55% on two other runs: per-process bimodality, docs/measurement.md §16.13)."""
+    moved = moved_paths(gate.verdicts, settings, against_others=False, both_ways=True)
+    out = {}
+    for v in gate.verdicts:
+        if v.key not in screened:
+            continue
+        dirs = {v.verdict.value} & {Verdict.SLOWER.value, Verdict.FASTER.value}
+        move = moved.get((v.path, v.mode))
+        if move is not None:
+            dirs.add(Verdict.SLOWER.value if move > 0 else Verdict.FASTER.value)
+        out[v.key] = frozenset(dirs)
+    return out

@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from ..config import Settings
 from ..results.schema import Key, ResultRow
 from .gate import _order, evaluate, row_fails
-from .projection import PROJECTED, SCREENED, Projection
+from .projection import CONTRADICTED, PROJECTED, SCREENED, Projection
 from .stats import median
 from .verdicts import SPEED_CALLS, GateResult, RowVerdict, Verdict
 
@@ -73,7 +73,8 @@ class ABRow:
     foreign GPU model judged against the projected baseline alone (``reports.projection``:
     ``change`` against the projection, ``threshold`` the screen), ``screened`` for one the
     screen sent to an A/B that gave no reading (the screen's verdict, SLOWER or SAME,
-    stands)."""
+    stands), ``contradicted`` for one whose A/B called the direction opposite to the one
+    the screen sent it for (SAME; ``change`` the A/B's)."""
 
     case_id: str
     path: str
@@ -323,6 +324,13 @@ def judged_here(v: RowVerdict, ab: ABRow, projection: Projection | None, said: s
                   if ab.change < -ab.threshold else "")
         why = (f"judged on this runner: {ab.change:+.2%} against the baseline projected by "
                f"{how}, inside the {ab.threshold:.1%} screen{faster}")
+        return replace(v, verdict=Verdict.SAME, fails=False, reasons=(why, *rest),
+                       time_change=ab.change, threshold=ab.threshold)
+    if ab.source == CONTRADICTED:
+        sent = "faster" if ab.change > 0 else "slower"
+        why = (f"screened on this runner (baseline projected by {how}) as {sent}, then "
+               f"{said}, the other way: two readings that disagree in direction are the "
+               "spread between processes, not a change")
         return replace(v, verdict=Verdict.SAME, fails=False, reasons=(why, *rest),
                        time_change=ab.change, threshold=ab.threshold)
     if ab.source == SCREENED:   # its A/B failed: the screen's reading stands, unconfirmed

@@ -49,6 +49,10 @@ M_EDGES = (16, 256)
 PROJECTED = "projected"
 #: ``ABRow.source`` of a screened row whose A/B gave no reading: the screen's verdict stands
 SCREENED = "screened"
+#: ``ABRow.source`` of a screened row whose A/B called the other direction than the one the
+#: screen sent it for (sent as faster, read SLOWER, or the reverse): two readings of one
+#: commit pair that disagree in sign are the spread between processes, not a change; SAME
+CONTRADICTED = "contradicted"
 
 
 def m_bucket(m: int) -> str:

@@ -478,6 +478,55 @@ def test_the_reading_that_chose_a_row_is_no_round_of_its_ab_by_default(tmp_path,
         assert row.rounds == 0 and abs(row.change) < 0.005 and row.threshold < 0.021
 
 
+class HeadSlowOnOneRow(OnTheRunner):
+    """``OnTheRunner`` whose A/B benches of the current commit read one row 3% slow: the
+    bimodal row of t2 (962674c), 20.0 us in the job's own bench and 20.4-20.6 us in each
+    of the A/B's three processes of the same build."""
+
+    def __init__(self, key, head: str):
+        super().__init__()
+        self.key, self.head = key, head
+
+    def __call__(self, req: BenchRequest) -> None:
+        super().__call__(req)
+        if req.out_dir.parent.name == "projection" or req.revision != self.head:
+            return
+        folder = req.out_dir / req.revision[:12] / "sm90"
+        run = load_run(folder)
+        _lift(folder, self.key, 0.03) if any(r.key == self.key for r in run.rows) else None
+
+
+def test_an_ab_reading_against_the_screens_direction_is_no_verdict(tmp_path, capsys):
+    """Unchanged code on another model: the job's own bench read one row 3% fast, so the
+    two-sided screen sends it to A/B as faster; the A/B's processes of the current commit
+    read it 3% slow. Two readings of one commit pair that disagree in sign are the spread
+    between processes: the row reads SAME ('contradicted', the A/B's change kept), the job
+    passes, the report replays it. A row the screen sends as slower is failed by its A/B
+    as before (the slowdown tests above)."""
+    repo, base_sha, head_sha = _repo(tmp_path, {})
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, {})
+    key = next(r.key for r in BASE if r.path == "marlin_asym" and r.mode == "graph"
+               and r.M == 256)
+    _lift(run_dir, key, -0.03)
+    run = load_run(run_dir)
+    gate_against_baseline(run.rows, "synthetic", command="harness bench", run_dir=run_dir,
+                          baselines=tmp_path / "baselines", arch="sm90", env=run.environment,
+                          settings=S, measured=S.to_dict(), echo=lambda s: None)
+    code = ab_confirm_matrix(run_dir, "synthetic", baselines=tmp_path / "baselines",
+                             arch="sm90", settings=S, rounds=3, repo=repo,
+                             runner=HeadSlowOnOneRow(key, head_sha), echo=lambda s: None)
+    assert code == 0
+    row = next(r for r in stored_ab(read_meta(run_dir / "synthetic.json")).rows if r.key == key)
+    assert (row.source, row.verdict) == ("contradicted", "SAME") and row.change > 0.02
+    assert _gated(run_dir)[key] == "SAME"
+    capsys.readouterr()
+    assert main(["report", str(run_dir), "--baseline", str(tmp_path / "baselines"),
+                 "--out", str(tmp_path / "rep")]) == 0
+    assert "verdicts agree with the bench's stored gate on all" in capsys.readouterr().out
+    rep = (tmp_path / "rep" / "report.csv").read_text()
+    assert rep.count("the other way: two readings that disagree in direction") == 1
+
+
 def test_rows_projected_by_a_class_factor_get_every_ab_round_measured(tmp_path):
     """With ``projection_sample`` > 0 most rows have no reading at the baseline's commit:
     no seeds, every round of both sides measured, as on the model's own baseline."""
