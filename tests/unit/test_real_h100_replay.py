@@ -3,7 +3,7 @@ d1-d3, the tenth's e1-e2, the eleventh's f1, the twelfth's g1, the thirteenth's 
 docs/measurement.md §9.8-9.13, §16.4-16.7) and of the fourteenth's H200 call k1 (§9.14)
 and H100 call m1 (§16.8), the fifteenth's H100 calls n1-n4 (§16.9) and the sixteenth's
 H100 calls p1-p4 (§16.10), the seventeenth's H100 calls q1-q4 (§16.11) and H200 call q5 (§9.17),
-the eighteenth's r1-r4 (§16.12) and the twentieth's t1 (§16.13)
+the eighteenth's r1-r4 (§16.12) and the twentieth's t1, t2 (§16.13)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
@@ -117,7 +117,10 @@ ARCHIVES = {
     # foreign and the regression judged as foreign
     "h100-2026-12-06-t.tar.gz": ("h100-2026-12-06-t", {
         T.format(1, "aa"): (False, False, 0, 380), T.format(1, "foreign"): (True, False, 0, 380),
-        "t1/regressforeign/ecada57a4211/sm90": (True, False, 1, 380)}),
+        "t1/regressforeign/ecada57a4211/sm90": (True, False, 1, 380),
+        # t2 at 962674c: the two-sided screen's first GPU run (its one false SLOWER is
+        # what 10e5eb8's direction rule reads SAME; the stored record keeps it SLOWER)
+        "t2/foreign/962674c11f31/sm90": (True, False, 1, 380)}),
 }
 
 

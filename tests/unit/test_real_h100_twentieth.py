@@ -8,6 +8,12 @@ from __future__ import annotations
 import pytest
 from device_archives import archive_fixture, check_job, failing, gated_verdicts
 
+from harness.config import load_settings
+from harness.engines.ab_pending import contradicted, stored_gate
+from harness.engines.projection_step import project
+from harness.reports.ab_confirm import ABRow
+from harness.results.store import load_run
+
 runs = archive_fixture("h100-2026-12-06-t.tar.gz", "h100-2026-12-06-t")
 HEAD = "6de0b5d2b69a"
 UUID = "566c5f88-a17b-2aa6-930a-1277d67dc52b"
@@ -63,3 +69,58 @@ def test_where_the_foreign_jobs_time_goes(runs):
     assert round(foreign["total"] / same["total"], 2) == 1.43
     assert [round(foreign[k]) for k in ("machine factor", "A/B builds", "A/B")] == [25, 12, 62]
     assert round(same["A/B"]) == 30
+
+
+# ---------------------------------------------------------------- t2: the two-sided screen
+T2 = "t2/foreign/962674c11f31/sm90"
+BIMODAL = ("M256-N2048-K2048-gK-s0", "marlin_asym", "graph")
+
+
+def test_the_two_sided_screen_calls_gsplits_rows_faster_on_a_foreign_model(runs):
+    """t2 at 962674c (fresh H100 GPU-3ac7452d): the M16 g128 rows t1 left 'projected' are
+    now A/B'd and read FASTER (-4.1% to -13.1%), the unchanged paths SAME."""
+    check_job(runs, T2, "3ac7452d-c2aa-3b34-2745-e9aa8b120e02", (1, 176))
+    rows = runs(T2, "production.json")["ab_confirm"]["rows"]
+    faster = {k.split("|")[0]: round(v["change"], 3) for k, v in rows.items()
+              if v["verdict"] == "FASTER"}
+    assert faster == {"M16-N2048-K2048-g128-s0": -0.056, "M16-N2048-K8192-g128-s0": -0.131,
+                      "M16-N6144-K2048-g128-s0": -0.041, "M16-N8192-K2048-g128-s0": -0.045,
+                      "M256-N2048-K8192-g128-s0": -0.034}
+    assert {k.split("|")[1] for k in rows if rows[k]["verdict"] == "FASTER"} == {"marlin_asym"}
+    assert failing(runs, T2) == {("production", "marlin_asym"): 1}
+
+
+def test_the_false_alarm_was_a_faster_screened_row_that_the_rule_now_reads_same(runs):
+    """The one failing row: the job's bench read it at 19.99 us, the factor's bench of the
+    baseline's commit at 20.43 us (-2.1% on the screen: sent to A/B as faster); the A/B's
+    three rounds read the baseline's commit at 19.93-20.04 us and this commit at
+    20.44-20.60 us (+2.76%, SLOWER). Re-screened here from the stored rows, the row was
+    sent for FASTER alone, so under the rule of 10e5eb8 its A/B reading is 'contradicted'
+    and reads SAME."""
+    settings = load_settings("default")
+    top = runs.top / T2
+    gate = stored_gate(top, "production", runs.top.parent / "reference", "sm90", settings)
+    measured = {}
+    for folder in (top / "ab" / "projection").glob("base-*/*/sm90"):
+        if ".shadow" in folder.parent.parent.name:      # measured nothing (pipeline.shadow)
+            continue
+        for r in load_run(folder / "production.csv").rows:
+            if r.status == "ok":             # each bench measured its own commit's rows
+                measured[("production", r.key)] = r
+    proj = project(gate.result, "production", measured, settings,
+                   reference_model="NVIDIA H200", runner_model="NVIDIA H100 80GB HBM3")
+    assert BIMODAL in {v.key for v in proj.screened}
+    verdict, change, _ = proj.screen_readings[BIMODAL]
+    assert (verdict, round(change, 3)) == ("FASTER", -0.021)
+    assert proj.directions[BIMODAL] == frozenset({"FASTER"})
+    stored = runs(T2, "production.json")["ab_confirm"]["rows"]["|".join(BIMODAL)]
+    row = contradicted(ABRow(*BIMODAL, stored["verdict"], stored["change"],
+                             stored["threshold"]), proj)
+    assert (row.verdict, row.source, round(row.change, 4)) == ("SAME", "contradicted", 0.0276)
+    # every other A/B call of t2 went the way the screen sent its row
+    others = [
+        k for k, v in runs(T2, "production.json")["ab_confirm"]["rows"].items()
+        if not v.get("source") and tuple(k.split("|")) != BIMODAL
+        and contradicted(ABRow(*k.split("|"), v["verdict"], v["change"], v["threshold"]),
+                         proj).source == "contradicted"]
+    assert others == []
