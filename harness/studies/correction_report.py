@@ -74,9 +74,7 @@ def marlin_failures(rows: list[dict], candidates) -> set[str]:
     return bad
 
 
-#: The modes the recommendation ranks by: graph replay, the mode the gate judges speed in
-#: (``reports.policy.GATING_MODES``). Eager (cold) rows still decide correctness.
-RANK_MODES = ("graph",)
+RANK_MODES = ("graph",)     # what the recommendation ranks by: the gate's mode (cold: accuracy)
 
 
 def recommend(rows: list[dict], candidates, rank_modes=RANK_MODES) -> dict[str, dict]:
