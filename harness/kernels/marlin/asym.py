@@ -56,7 +56,8 @@ from .facts import (
     marlin_weight_reason,
     rc_meaning,
 )
-from .pack import MarlinPack, marlin_groupsize, marlin_pack_asymmetric
+from .ones import ONES_FALLBACK, ones_takes, run_ones
+from .pack import MarlinPack, marlin_groupsize, marlin_pack_asymmetric, scaled_zero
 from .providers import get_provider, new_workspace
 from .variants import (
     DEFAULT_VARIANT,
@@ -94,11 +95,6 @@ def choose_variant(variant: str | None, provider: str) -> str:
     return name
 
 
-def _sz(pack: MarlinPack) -> torch.Tensor:
-    """quanto's scaled zero point for the pack (-8 * s when the pack was built without one)."""
-    return pack.sz if pack.sz is not None else (pack.scales.float() * -8.0).to(torch.float16)
-
-
 def call_group_size(groupsize: int, K: int) -> int:
     """The rows of one group of a Marlin call: K for groupsize -1 (per-column)."""
     return K if groupsize == -1 else groupsize
@@ -120,13 +116,16 @@ def marlin_mm_asymmetric(A: torch.Tensor, pack: MarlinPack, C: torch.Tensor,
     gs = pack.marlin_groupsize if groupsize is None else groupsize
     name = concrete_variant(choose_variant(variant, prov.name), int(A.shape[0]),
                             call_group_size(gs, int(A.shape[1])))
+    if name == "ones":
+        raise CorrectionVariantError("variant: 'ones' runs through MarlinAsymPath (its second "
+                                     "pack is built from the weight), not marlin_mm_asymmetric")
     ext = extension()
     if prov.name == "quanto":
-        vid = ext_id(name)
+        vid, sz = ext_id(name), scaled_zero(pack)
         if vid is None:
-            return int(ext.marlin_mm_asymmetric(A, pack.B, C, pack.scales, _sz(pack), pack.delta,
+            return int(ext.marlin_mm_asymmetric(A, pack.B, C, pack.scales, sz, pack.delta,
                                                 workspace, gs, -1, -1, -1, max_par, flags))
-        return int(ext.marlin_asym_variant(A, C, pack.B, pack.scales, _sz(pack), pack.delta,
+        return int(ext.marlin_asym_variant(A, C, pack.B, pack.scales, sz, pack.delta,
                                            workspace, gs, vid, flags, max_par))
     C.zero_()
     rc = prov.gemm(A, pack, C, workspace, gs, max_par)
@@ -238,7 +237,7 @@ class MarlinAsymPath(GemmPath):
             state["workspace"] = ws
             # marlin_asym_variant's tensor arguments after (A, C); cloned with the pack by
             # the timing rotation (tuples are walked), so every copy keeps its own tensors
-            state["vargs"] = (pack.B, pack.scales, _sz(pack), pack.delta, ws)
+            state["vargs"] = (pack.B, pack.scales, scaled_zero(pack), pack.delta, ws)
             extra = pack.nbytes() + ws.numel() * 4
             notes = (f"provider {prov.name}; formula {pack.formula}; marlin groupsize {gs}; "
                      f"correction variant {describe(variant)}")
@@ -258,6 +257,13 @@ class MarlinAsymPath(GemmPath):
         name = st["variant"] if variant is None else variant
         if name == "auto":
             name = concrete_variant(name, int(A.shape[0]), st["group_rows"])
+        if name == "ones" and not ones_takes(st["group_rows"], prepared.K):
+            name = ONES_FALLBACK                       # grouped: fp16 sums break the bound
+        if name == "ones" and st["provider"] == "quanto":
+            rc = run_ones(st, prepared.weight, self.pack_weight, A, out, self.correction_flags)
+            if rc != 0:
+                raise KernelReturnCode(self.name, rc, rc_meaning(rc))
+            return out
         vid = EXT_IDS[name] if name in EXT_IDS else ext_id(name)   # ext_id raises on a bad name
         if vid is not None and st["provider"] == "quanto":
             call = self._ext_call or self._bind()      # the lean route: one C++ call

@@ -299,6 +299,12 @@ def _delta(weight: QuantizedWeight, formula: str) -> torch.Tensor:
     return zero
 
 
+def scaled_zero(pack: MarlinPack) -> torch.Tensor:
+    """quanto's scaled zero point for ``pack``: its ``sz``, or -8 * scale in Marlin order
+    (exact in fp16) when it was built without one."""
+    return pack.sz if pack.sz is not None else (pack.scales.float() * -8.0).to(torch.float16)
+
+
 def marlin_pack_asymmetric(weight: QuantizedWeight, formula: str = "q_minus_8") -> MarlinPack:
     """Pack TinyLoop's asymmetric weight for an unmodified Marlin plus the correction.
 
