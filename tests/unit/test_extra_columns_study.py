@@ -48,6 +48,10 @@ def test_marlin_pays_little_for_128_extra_columns_at_decode():
     got = {run: (round(p.extra_pct.median(), 1), round(p.extra_pct.max(), 1))
            for run, p in dec.groupby("run")}
     assert got == {"x1": (0.2, 2.9), "x3": (0.4, 3.3)}
+    plus256 = d[(d.M <= 16) & (d.extra == 256)]             # what variant ones packs
+    got = {run: (round(p.extra_pct.median(), 1), round(p.extra_pct.max(), 1))
+           for run, p in plus256.groupby("run")}
+    assert got == {"x1": (-0.7, 2.8), "x3": (-0.0, 3.9)}
     assert set(d.gpu_uuid) == {"GPU-e4ee0091-8128-d808-591f-5f4ed6c66352"}
 
 
