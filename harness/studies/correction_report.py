@@ -78,10 +78,8 @@ RANK_MODES = ("graph",)     # what the recommendation ranks by: the gate's mode 
 
 
 def recommend(rows: list[dict], candidates, rank_modes=RANK_MODES) -> dict[str, dict]:
-    """Per shape class, the variant correct on every shape in every mode measured
-    (``marlin_failures`` left out) with the lowest median overhead in ``rank_modes`` (per
-    shape, the mean over those modes). A study that measured none of ``rank_modes`` is
-    ranked by every mode it has. Each pick names the modes it was ranked by."""
+    """Per shape class, the variant correct on every shape in every mode (``marlin_failures``
+    left out) with the lowest median overhead in ``rank_modes`` (else every mode measured)."""
     classes = dict.fromkeys(r["shape_class"] for r in rows)
     skip = marlin_failures(rows, candidates)
     measured = {r["mode"] for r in rows}
@@ -329,9 +327,8 @@ def render_markdown(rows, summary, picks, targets, header: list[str],
                      f"{fmt(s['median_overhead_us'], '.2f')} "
                      f"| {fmt(s['median_floor_ratio'], '.2f')} | "
                      f"{fmt(s['max_corr_ulp'], '.2f')} |")
-    ranked = sorted({m for p in picks.values() for m in p.get("ranked_by", ())})
-    lines += ["", "## Recommendation (fastest correct variant per shape class, ranked by "
-              f"{' + '.join(ranked) or 'every mode'})", ""]
+    ranked = " + ".join(sorted({m for p in picks.values() for m in p.get("ranked_by", ())})) or "-"
+    lines += ["", f"## Recommendation (fastest correct variant per class, by {ranked})", ""]
     lines += [f"- {c}: **{p['variant']}** (median overhead {p['score_pct']:.1f}% "
               f"over {p['shapes']} shapes"
               + (f"; left out, Marlin's own failures: {', '.join(p['marlin_failures'])}"

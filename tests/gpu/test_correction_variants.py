@@ -347,6 +347,15 @@ def test_ones_runs_on_per_column_weights_within_2_ulp_and_uses_marlins_sums(mm, 
     assert prepared.state["ones"] is ones and ones["c_ext"][case.M] is c_ext
 
 
+def test_a_path_of_variant_ones_packs_at_prepare_and_counts_the_bytes(mm, cuda_device):
+    case, _, w, two_kernel, _ = _per_row(mm)
+    prepared = MarlinAsymPath(variant="ones").prepare(w, cuda_device)
+    ones = prepared.state["ones"]
+    assert ones["pack"].N == case.N + ONES_EXTRA and ones["c_ext"] == {}
+    assert prepared.extra_bytes == two_kernel.extra_bytes + ones["pack"].nbytes() \
+        + ones["workspace"].numel() * 4
+
+
 @pytest.mark.parametrize("flags", [1, 2], ids=["fp16_accum", "skip_last_tile"])
 def test_ones_catches_the_planted_flags(flags, mm, cuda_device):
     case, A, w, prepared, _ = _per_row(mm)

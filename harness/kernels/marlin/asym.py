@@ -56,7 +56,7 @@ from .facts import (
     marlin_weight_reason,
     rc_meaning,
 )
-from .ones import ONES_FALLBACK, ones_takes, run_ones
+from .ones import ONES_FALLBACK, ones_state, ones_takes, run_ones
 from .pack import MarlinPack, marlin_groupsize, marlin_pack_asymmetric, scaled_zero
 from .providers import get_provider, new_workspace
 from .variants import (
@@ -239,6 +239,10 @@ class MarlinAsymPath(GemmPath):
             # the timing rotation (tuples are walked), so every copy keeps its own tensors
             state["vargs"] = (pack.B, pack.scales, scaled_zero(pack), pack.delta, ws)
             extra = pack.nbytes() + ws.numel() * 4
+            if variant == "ones" and ones_takes(state["group_rows"], weight.K) \
+                    and prov.name == "quanto":       # its second pack now, not in a timed call
+                ones = ones_state(state, weight, self.pack_weight)
+                extra += ones["pack"].nbytes() + ones["workspace"].numel() * 4
             notes = (f"provider {prov.name}; formula {pack.formula}; marlin groupsize {gs}; "
                      f"correction variant {describe(variant)}")
         return Prepared(self.name, weight, device, state=state, extra_bytes=extra, notes=notes)

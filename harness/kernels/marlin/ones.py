@@ -13,9 +13,11 @@ Why, and what it costs (docs/hopper.md §5.9): rounding the sums to fp16 keeps t
 correction within 1.45 ULP of exact on every per-column production shape, measured on the
 CPU. Grouped weights (2776 ULP: their G products cancel) run ``ONES_FALLBACK`` instead.
 Marlin at N + 128 or N + 256 took +0.2% of its time at the decode median on an H100.
-Memory: the second pack (K x (N + 256) codes, its scales and workspace) and one fp16
-[M, N + 256] buffer per M, built on the first call of a prepared weight; they are not in
-``Prepared.extra_bytes``.
+Memory: the second pack (K x (N + 256) codes, its scales and workspace), built at
+``prepare`` when the path's variant is ``ones`` (and counted in ``Prepared.extra_bytes``),
+else on the first ``ones`` call of a prepared weight (the correction study asks for every
+variant of one prepared weight); and one fp16 [M, N + 256] buffer per M, made on the first
+call of that M (outside any timing: every timer warms up first), not counted.
 
 Extension point: ``ones_takes`` (which weights the variant runs on).
 """

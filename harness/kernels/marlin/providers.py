@@ -33,7 +33,7 @@ import torch
 
 from ..build import extension, marlin_unavailable_reason
 from .facts import DEFAULT_MAX_PAR, MIN_CAPABILITY, workspace_entries
-from .pack import MarlinPack
+from .pack import MarlinPack, scaled_zero
 
 PROVIDER_ENV = "HARNESS_MARLIN_PROVIDER"
 
@@ -86,9 +86,8 @@ class QuantoProvider(MarlinProvider):
         return self._gpu_reason(device) or marlin_unavailable_reason()
 
     def gemm(self, A, pack, C, workspace, groupsize, max_par=DEFAULT_MAX_PAR, sz=None) -> int:
-        szt = pack.sz if sz is None else sz
-        if szt is None:  # per-column ignores sz, grouped needs -8 * s: build it on demand
-            szt = (pack.scales.float() * -8.0).to(torch.float16)
+        # per-column ignores sz, grouped needs -8 * s: built on demand where the pack has none
+        szt = scaled_zero(pack) if sz is None else sz
         return int(extension().marlin_gemm(A, pack.B, C, pack.scales, szt, workspace, groupsize,
                                            -1, -1, -1, max_par))
 
