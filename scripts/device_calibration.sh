@@ -19,6 +19,7 @@
 #           REFMODEL=<slug>: against that model's folder made the arch's own instead (an
 #           H200 judged against the H100's rows)
 #   job2    a second process of the job on the same machine, results under aa2/
+#   noxlast `nox -s bench-sm90` after the foreign step (warm; before regress), results under aa3/
 #   nox2    `nox -s bench-sm90` again on the same machine (a runner that has run it before:
 #           builds and case data cached), results under aa2/
 #   plantedjob3  as plantedjob with a 3% plant (issue 37), results under plantedjob3/
@@ -177,6 +178,12 @@ fi
 rm -rf "$refroot"/*/models
 [[ $steps == *" foreign "* ]] && step foreign python3 -m nox -s bench-sm90 -- --out "$res/foreign" \
   --baselines "$refroot" --no-progress ${NOX_ARGS:-} && tail -14 "$logs/$tag-foreign.log"
+# noxlast (issue 36's time line): `nox -s bench-sm90` after the foreign step and before the
+# regression is committed, on the same machine (build, case data and the baseline's
+# commit's extension all warm), results under aa3/: the same-model job's time beside the
+# foreign job of this call
+[[ $steps == *" noxlast "* ]] && step noxlast python3 -m nox -s bench-sm90 -- --out "$res/aa3" --no-progress \
+  ${NOX_ARGS:-} && tail -12 "$logs/$tag-noxlast.log"
 # regress (issue 36): a real regression committed on top of the clone (needs FROM_BUNDLE):
 # fp16_cache computes into a temporary and copies it into `out`; then `nox -s bench-sm90`,
 # results under regress/. On a GPU model without a baseline of its own, the job judges it on
