@@ -3,7 +3,8 @@ d1-d3, the tenth's e1-e2, the eleventh's f1, the twelfth's g1, the thirteenth's 
 docs/measurement.md §9.8-9.13, §16.4-16.7) and of the fourteenth's H200 call k1 (§9.14)
 and H100 call m1 (§16.8), the fifteenth's H100 calls n1-n4 (§16.9) and the sixteenth's
 H100 calls p1-p4 (§16.10), the seventeenth's H100 calls q1-q4 (§16.11) and H200 call q5 (§9.17),
-the eighteenth's r1-r4 (§16.12) and the twentieth's t1, t2 (§16.13)
+the eighteenth's r1-r4 (§16.12), the twentieth's t1, t2 (§16.13) and the twenty-first's
+u1-u3 (§16.14)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
@@ -31,6 +32,7 @@ P = "p{}/{}/d102c2b5f461/sm90"
 Q = "q{}/{}/f34c2994bb21/sm90"
 R = "r{}/{}/ab980ea60968/sm90"
 T = "t{}/{}/6de0b5d2b69a/sm90"
+U = "u{}/{}/4854efc26822/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -121,6 +123,16 @@ ARCHIVES = {
         # t2 at 962674c: the two-sided screen's first GPU run (its one false SLOWER is
         # what 10e5eb8's direction rule reads SAME; the stored record keeps it SLOWER)
         "t2/foreign/962674c11f31/sm90": (True, False, 1, 380)}),
+    # the twenty-first session's three fresh H100s at 4854efc (the direction rule): u1, u2
+    # foreign + the regression, u2 the same-model job after its foreign job, u3 same-model
+    # fresh and warm, then foreign
+    "h100-2026-12-06-u.tar.gz": ("h100-2026-12-06-u", {
+        U.format(1, "foreign"): (True, False, 0, 380),
+        "u1/regressforeign/2591a4e3b13b/sm90": (True, False, 1, 380),
+        U.format(2, "foreign"): (True, False, 0, 380), U.format(2, "aa3"): (False, False, 0, 380),
+        "u2/regressforeign/9ab85caf6ca0/sm90": (True, False, 1, 380),
+        U.format(3, "aa"): (False, False, 0, 380), U.format(3, "aa2"): (False, False, 0, 380),
+        U.format(3, "foreign"): (True, False, 0, 380)}),
 }
 
 
