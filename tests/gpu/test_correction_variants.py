@@ -16,15 +16,13 @@ import csv
 
 import pytest
 import torch
-from planted.paths import CorrectionTwicePath, UntranslatedPerRowPath, WrongSignDeltaPath
+from planted.paths import CorrectionTwicePath, WrongSignDeltaPath
 
 import harness.cases.matrices  # noqa: F401  (registers the matrices)
 from harness.cases.data import case_data, quantize_asymmetric
 from harness.cases.registry import MATRICES
-from harness.kernels.base import KernelReturnCode
 from harness.kernels.marlin import variants as cv
 from harness.kernels.marlin.asym import MarlinAsymPath, marlin_mm_asymmetric, new_workspace
-from harness.kernels.marlin.ones import ONES_EXTRA
 from harness.kernels.marlin.pack import marlin_pack_asymmetric
 from harness.kernels.reference import a_group_sum, apply_marlin_correction, reference_fp64
 from harness.measure.accuracy import accuracy_stats
@@ -316,65 +314,13 @@ def test_planted_defects_fail_under_every_variant(variant, mm, cuda_device):
         assert acc.nonfinite == 0 and not acc.passes(1e-3), (type(planted).__name__, acc)
 
 
-@pytest.mark.parametrize("variant", [v for v in EXT_CORRECTIONS if v != "ones"])
+@pytest.mark.parametrize("variant", EXT_CORRECTIONS)
 def test_marlin_rc_is_returned_and_the_correction_skipped(variant, mm, cuda_device):
     case, A, w, prepared, _ = next(v for v in mm.values() if v[0].per_row)
     C = _poison(case.M, case.N, cuda_device)
     rc = marlin_mm_asymmetric(A, prepared.state["pack"], C, prepared.state["workspace"],
                               groupsize=case.K, variant=variant)   # the untranslated per-row size
     assert rc == 2
-
-
-def _per_row(mm):
-    return next(v for v in mm.values() if v[0].per_row)
-
-
-def test_ones_runs_on_per_column_weights_within_2_ulp_and_uses_marlins_sums(mm, cuda_device):
-    """Variant ones on a per-column case: within 2 ULPs of exact (the fp16 row sums from
-    Marlin's extra columns cost up to 1.45 ULP on the production shapes, docs/hopper.md
-    5.9), its extended pack and its [M, N + 256] buffer built once, and its output's
-    row sums those Marlin wrote into column N."""
-    case, A, _, prepared, _ = _per_row(mm)
-    out = _run("ones", prepared, A, cuda_device)
-    ulps = correction_ulps(out, _marlin_only(prepared, A, cuda_device), _corr(A, prepared))
-    assert float(ulps.max()) <= 2.0, float(ulps.max())
-    ones = prepared.state["ones"]
-    c_ext = ones["c_ext"][case.M]
-    assert tuple(c_ext.shape) == (case.M, case.N + ONES_EXTRA)
-    sums = a_group_sum(A, case.K)[:, 0]
-    assert torch.allclose(c_ext[:, case.N].double(), sums, rtol=2e-3, atol=2e-3)
-    _run("ones", prepared, A, cuda_device)
-    assert prepared.state["ones"] is ones and ones["c_ext"][case.M] is c_ext
-
-
-def test_a_path_of_variant_ones_packs_at_prepare_and_counts_the_bytes(mm, cuda_device):
-    case, _, w, two_kernel, _ = _per_row(mm)
-    prepared = MarlinAsymPath(variant="ones").prepare(w, cuda_device)
-    ones = prepared.state["ones"]
-    assert ones["pack"].N == case.N + ONES_EXTRA and ones["c_ext"] == {}
-    assert prepared.extra_bytes == two_kernel.extra_bytes + ones["pack"].nbytes() \
-        + ones["workspace"].numel() * 4
-
-
-@pytest.mark.parametrize("flags", [1, 2], ids=["fp16_accum", "skip_last_tile"])
-def test_ones_catches_the_planted_flags(flags, mm, cuda_device):
-    case, A, w, prepared, _ = _per_row(mm)
-    marlin = _marlin_only(prepared, A, cuda_device)
-    path = MarlinAsymPath(variant="ones", correction_flags=flags)
-    out = _run("ones", path.prepare(w, cuda_device), A, cuda_device, path)
-    assert float(correction_ulps(out, marlin, _corr(A, prepared)).max()) > 2.0
-
-
-def test_ones_returns_marlins_rc_and_leaves_the_output_unwritten(mm, cuda_device):
-    """The untranslated per-row group size (TinyLoop's first defect) on the extended pack:
-    Marlin's rc 2 raised, the correction kernel not run."""
-    case, A, w, _, _ = _per_row(mm)
-    path = UntranslatedPerRowPath(variant="ones")
-    out = _poison(case.M, case.N, cuda_device)
-    with pytest.raises(KernelReturnCode):
-        path.run_variant(path.prepare(w, cuda_device), A, out, "ones")
-    torch.cuda.synchronize()
-    assert bool(torch.isnan(out).all())
 
 
 def test_graph_variant_caches_one_graph_per_buffer_set(mm, marlin_ext, cuda_device):

@@ -25,8 +25,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("correction_variant", &correction_variant, py::arg("A"), py::arg("C"), py::arg("delta"),
         py::arg("variant"), py::arg("flags") = 0);
   m.def("launch_empty", &launch_empty, py::arg("device"), py::arg("pdl") = false);
-  m.def("ones_correction", &ones_correction, py::arg("out"), py::arg("C_ext"), py::arg("delta"),
-        py::arg("flags") = 0);
   m.def("pdl_supported", &pdl_supported_on, py::arg("device"));
   m.def("pdl_fallbacks", &pdl_fallbacks);
   m.def("variant_scratch_state", &variant_scratch_state, py::arg("device"));

@@ -140,11 +140,6 @@ int run_marlin_asym_variant(int variant, const CorrectionProblem& p, const Marli
 cudaError_t run_correction_variant(int variant, const CorrectionProblem& p, cudaStream_t stream);
 // One empty kernel (with PDL when asked and the device supports it).
 cudaError_t launch_empty_kernel(bool pdl, int device, cudaStream_t stream);
-// Variant ones (correction_variant_ones.cu): out [M, N] = C_ext[:, :N] + C_ext[:, N] * delta
-// (C_ext fp16 [M, ld], Marlin's output of a weight packed with columns of ones; delta fp32
-// [N]); cudaErrorInvalidValue unless N % 8 == 0, ld % 8 == 0 and ld > N.
-cudaError_t launch_ones_correction(__half* out, const __half* c_ext, const float* delta, int M,
-                                   int N, int ld, int flags, cudaStream_t stream);
 const char* variant_last_error_detail();
 bool pdl_supported(int device);
 // How many PDL launches the driver refused and were relaunched plainly (process total).

@@ -49,10 +49,6 @@ void correction_variant(const at::Tensor& A, at::Tensor& C, const at::Tensor& de
                         int64_t variant, int64_t flags);
 // One empty kernel on the current stream of `device` (PDL when asked and supported).
 void launch_empty(int64_t device, bool pdl);
-// Variant ones: out = C_ext[:, :N] + C_ext[:, N] * delta (out fp16 [M, N], C_ext fp16
-// [M, ld > N], delta fp32 [1, N]); one kernel on the current stream.
-void ones_correction(at::Tensor& out, const at::Tensor& C_ext, const at::Tensor& delta,
-                     int64_t flags);
 bool pdl_supported_on(int64_t device);
 int64_t pdl_fallbacks();
 // (pointer, capacity_bytes, grow_count, retired buffers) of the variants' scratch.

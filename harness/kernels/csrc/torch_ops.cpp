@@ -116,25 +116,6 @@ void apply_correction(const at::Tensor& A, at::Tensor& C, const at::Tensor& delt
                                          rows, static_cast<int>(flags), current_stream(C)));
 }
 
-void ones_correction(at::Tensor& out, const at::Tensor& C_ext, const at::Tensor& delta,
-                     int64_t flags) {
-  check_cuda_tensor(out, "out", at::kHalf);
-  check_cuda_tensor(C_ext, "C_ext", at::kHalf);
-  check_cuda_tensor(delta, "delta", at::kFloat);
-  const int64_t M = out.size(0), N = out.size(1), ld = C_ext.size(1);
-  TORCH_CHECK(C_ext.size(0) == M && ld > N, "ones_correction: C_ext must be [M, ld > N] for out [",
-              M, ", ", N, "], got [", C_ext.size(0), ", ", ld, "]");
-  TORCH_CHECK(delta.numel() == N, "ones_correction: delta must hold N=", N, " values (one group), got ",
-              delta.numel());
-  TORCH_CHECK(N % 8 == 0 && ld % 8 == 0, "ones_correction: N and ld must be multiples of 8, got ",
-              N, " and ", ld);
-  const c10::cuda::CUDAGuard guard(out.device());
-  C10_CUDA_CHECK(launch_ones_correction(half_ptr_mut(out), half_ptr(C_ext), delta.data_ptr<float>(),
-                                        static_cast<int>(M), static_cast<int>(N),
-                                        static_cast<int>(ld), static_cast<int>(flags),
-                                        current_stream(out)));
-}
-
 std::tuple<int64_t, int64_t, int64_t> scratch_state(int64_t device) {
   const ScratchInfo info = scratch_info(static_cast<int>(device));
   return {reinterpret_cast<int64_t>(info.ptr), static_cast<int64_t>(info.capacity_bytes),

@@ -56,7 +56,6 @@ from .facts import (
     marlin_weight_reason,
     rc_meaning,
 )
-from .ones import ONES_FALLBACK, ones_state, ones_takes, run_ones
 from .pack import MarlinPack, marlin_groupsize, marlin_pack_asymmetric, scaled_zero
 from .providers import get_provider, new_workspace
 from .variants import (
@@ -116,9 +115,6 @@ def marlin_mm_asymmetric(A: torch.Tensor, pack: MarlinPack, C: torch.Tensor,
     gs = pack.marlin_groupsize if groupsize is None else groupsize
     name = concrete_variant(choose_variant(variant, prov.name), int(A.shape[0]),
                             call_group_size(gs, int(A.shape[1])))
-    if name == "ones":
-        raise CorrectionVariantError("variant: 'ones' runs through MarlinAsymPath (its second "
-                                     "pack is built from the weight), not marlin_mm_asymmetric")
     ext = extension()
     if prov.name == "quanto":
         vid, sz = ext_id(name), scaled_zero(pack)
@@ -239,10 +235,6 @@ class MarlinAsymPath(GemmPath):
             # the timing rotation (tuples are walked), so every copy keeps its own tensors
             state["vargs"] = (pack.B, pack.scales, scaled_zero(pack), pack.delta, ws)
             extra = pack.nbytes() + ws.numel() * 4
-            if variant == "ones" and ones_takes(state["group_rows"], weight.K) \
-                    and prov.name == "quanto":       # its second pack now, not in a timed call
-                ones = ones_state(state, weight, self.pack_weight)
-                extra += ones["pack"].nbytes() + ones["workspace"].numel() * 4
             notes = (f"provider {prov.name}; formula {pack.formula}; marlin groupsize {gs}; "
                      f"correction variant {describe(variant)}")
         return Prepared(self.name, weight, device, state=state, extra_bytes=extra, notes=notes)
@@ -261,13 +253,6 @@ class MarlinAsymPath(GemmPath):
         name = st["variant"] if variant is None else variant
         if name == "auto":
             name = concrete_variant(name, int(A.shape[0]), st["group_rows"])
-        if name == "ones" and not ones_takes(st["group_rows"], prepared.K):
-            name = ONES_FALLBACK                       # grouped: fp16 sums break the bound
-        if name == "ones" and st["provider"] == "quanto":
-            rc = run_ones(st, prepared.weight, self.pack_weight, A, out, self.correction_flags)
-            if rc != 0:
-                raise KernelReturnCode(self.name, rc, rc_meaning(rc))
-            return out
         vid = EXT_IDS[name] if name in EXT_IDS else ext_id(name)   # ext_id raises on a bad name
         if vid is not None and st["provider"] == "quanto":
             call = self._ext_call or self._bind()      # the lean route: one C++ call

@@ -10,8 +10,7 @@ file per variant family: ``correction_variant_graph.cu`` (two_kernel_lean, graph
 (the tiled kernel of side_stream / fused / fused_pdl, and the empty floors),
 ``correction_variant_stream.cu`` (stream's two kernels), ``correction_variant_wide.cu``
 (wide's accumulation), ``correction_variant_gsplit.cu`` (gsplit's accumulation),
-``correction_variant_floor.cu`` (the rmw floor's kernel), ``correction_variant_ones.cu``
-(ones' one kernel; that variant has no id: ``harness.kernels.marlin.ones`` runs it).
+``correction_variant_floor.cu`` (the rmw floor's kernel).
 
 Extension point: a new variant is one id in ``CorrectionVariant`` (harness_kernels.h),
 its name in ``correction_variant_name`` and a branch in ``run_marlin_asym_variant``
@@ -96,12 +95,6 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "added in order in shared memory after one barrier, C in 16-byte vectors (issue "
             "41: the accumulation kernels before it walked the groups in a chain of loads); "
             "wide's accumulation elsewhere (stream's decode kernel at M = 1)"),
-    Variant("ones", None, "correction",
-            "per-column weights: the row sums from Marlin itself, through a second pack with "
-            "256 extra columns of ones (harness.kernels.marlin.ones), then ONE kernel after "
-            "Marlin that writes C + a_sum * delta, reading C once as the rmw floor does (no "
-            "group-sum kernel, side stream or join; issue 41, docs/hopper.md 5.9); grouped "
-            "weights run wide (fp16 sums break the 2-ULP bound there)"),
     Variant("marlin_only", 0, "baseline",
             "Marlin alone (no zeroing, no correction): the overhead baseline"),
     Variant("empty", 6, "floor",
@@ -222,8 +215,7 @@ def describe(name: str) -> str:
 
 
 def ext_id(name: str) -> int | None:
-    """The extension id of a concrete variant (None for ``two_kernel`` and ``ones``, which
-    run through routes of their own)."""
+    """The extension id of a concrete variant (None for ``two_kernel``)."""
     v = VARIANTS[check_variant_name(name)]
     if v.kind == "auto":
         raise CorrectionVariantError(
