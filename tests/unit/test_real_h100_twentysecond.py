@@ -76,12 +76,24 @@ def test_the_foreign_job_against_the_same_model_job_warm(runs):
                 for v in runs(FOREIGN[1], f"{m}.json")["ab_confirm"]["rows"].values()
                 if v.get("source") != "projected"]
     assert len(measured) == 22
+    # besides gsplit's six, the screen's noise: twelve marlin_asym rows, all SAME
+    noise = [(k, v) for m in ("production", "swiglu")
+             for k, v in runs(FOREIGN[1], f"{m}.json")["ab_confirm"]["rows"].items()
+             if v.get("source") != "projected" and v["verdict"] == "SAME"]
+    asym = [v["change"] for k, v in noise if "|marlin_asym|" in k]
+    assert len(noise) == 16 and len(asym) == 12
+    assert -0.0093 < min(asym) and max(asym) < 0.0080
 
 
 def test_the_first_job_on_the_fresh_machine(runs):
     """The foreign job first on a fresh machine: 163 s, of which the extension's build and
-    the case data 15 s (the baseline commits' builds overlapped with its bench)."""
+    the case data 15 s (the baseline commits' builds overlapped with its bench); its A/B
+    measured 16 rows, one of them in four more rounds."""
     job = runs(FOREIGN[0], "job.json")
     stages = job["bench_stages_s"]
     assert round(stages["build"] + stages["data"]) == 15
     assert round(job["seconds"]["A/B: start-up wait"]) == 9
+    measured = [k for m in ("production", "swiglu")
+                for k, v in runs(FOREIGN[0], f"{m}.json")["ab_confirm"]["rows"].items()
+                if v.get("source") != "projected"]
+    assert len(measured) == 16
