@@ -81,6 +81,21 @@ def gated_verdicts(runs: Runs, folder: str, matrix: str) -> dict[str, list[str]]
     return out
 
 
+def check_every_gated_row_judged(runs: Runs, folder: str) -> set[str]:
+    """A foreign job of unchanged code (the production and swiglu matrices): every gated
+    graph row of each gating path has a speed verdict, SAME or FASTER (none
+    TIMING_NOT_COMPARABLE, no false alarm). Returns the production rows its A/B read
+    FASTER."""
+    paths = ["fp16_cache", "marlin_asym", "native_int4"]
+    for matrix, n, gating in (("production", 56, paths),
+                              ("swiglu", 14, paths + ["native_int4_fused"])):
+        gated = gated_verdicts(runs, folder, matrix)
+        assert sorted(gated) == sorted(gating) and all(len(v) == n for v in gated.values())
+        assert {v for vs in gated.values() for v in vs} <= {"SAME", "FASTER"}, (matrix, gated)
+    rows = runs(folder, "production.json")["ab_confirm"]["rows"]
+    return {k for k, v in rows.items() if v["verdict"] == "FASTER"}
+
+
 def failing(runs: Runs, folder: str,
             matrices=("production", "swiglu")) -> dict[tuple[str, str], int]:
     """(matrix, path) -> the number of its gated rows a stored run read other than SAME or

@@ -31,8 +31,9 @@ plugin file declaring ``HARNESS_AB_SIDES = "both"`` (an instrument) goes to both
 
 Two steps (``Confirmation``): ``start`` reads the gates and, on a GPU model whose
 baseline is another model's, starts the machine factor's benches (``projection_step``);
-``finish`` measures, screens, A/Bs and stores. ``harness job`` runs its perplexity step
-between the two; ``ab_confirm`` does both at once.
+``finish`` measures, screens, A/Bs and stores, the A/B's round-0 benches started while
+the factor measures (``prestart``). ``harness job`` runs its perplexity step between the
+two; ``ab_confirm`` does both at once.
 
 Extension point: ``runner`` (a ``revisions.BenchRunner``) measures one revision's bench;
 tests pass a fake one.
@@ -41,15 +42,14 @@ tests pass a fake one.
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from ..config import Settings
 from ..errors import EXPECTED_ERRORS, one_line
-from ..reports.verdicts import RowVerdict
 from ..results.schema import Key, ResultRow
 from ..results.store import read_meta
 from .ab_pending import (  # noqa: F401  (Pending, row_commit: re-exported for the tests)
@@ -62,8 +62,9 @@ from .ab_pending import (  # noqa: F401  (Pending, row_commit: re-exported for t
 )
 from .ab_plugins import current_side_plugins, dirty
 from .bench_runner import bench_timeline
-from .compare import APart, compare, matrices_of, selection
-from .pipeline import HeldRunner
+from .compare import a_part, compare, selection
+from .pipeline import DeferredEcho, HeldRunner
+from .prestart import Prestarted, broad_selection, can_prestart, start_round0
 from .projection_step import FactorBenches, factor_bench_settings, project, sample_plan
 from .revisions import (
     BenchRunner,
@@ -100,10 +101,14 @@ class Confirmation:
         self.models: dict[str, tuple[str, str]] = {}
         self.factor: FactorBenches | None = None
         #: the same-model A/B started by ``start()``: (its runner, its future, its echo)
-        self.early: tuple[HeldRunner, Future, _Deferred] | None = None
+        self.early: tuple[HeldRunner, Future, DeferredEcho] | None = None
         self.started = False
         self.seeded = False
         self.t_factor = 0.0
+        #: another model: the A/B's round-0 benches started while the factor measures, and
+        #: the selection (matrices, paths, modes) all its benches then run with (``prestart``)
+        self.pre: Prestarted | None = None
+        self.broad: tuple | None = None
 
     def start(self) -> Confirmation:
         if self.started:
@@ -131,7 +136,7 @@ class Confirmation:
         now in a thread, its benches starting up while the caller works (the job's ppl
         step) and measuring from ``finish()`` on (``pipeline.HeldRunner``); its lines are
         printed then."""
-        held, lines = HeldRunner(self.runner), _Deferred(self.echo)
+        held, lines = HeldRunner(self.runner), DeferredEcho(self.echo)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="harness-ab")
         future = pool.submit(self._ab, commit_groups(self.todo), {}, held, lines)
         pool.shutdown(wait=False)
@@ -179,6 +184,7 @@ class Confirmation:
         measured: dict = {}
         try:
             if self.factor is not None:
+                self._prestart()
                 measured = self.factor.collect()
         except EXPECTED_ERRORS as exc:
             self._not_judged(exc)
@@ -194,6 +200,25 @@ class Confirmation:
                       f"{p.projected.projection.factors_text()}; {len(p.slow)} row(s) beyond "
                       f"the {self.settings.ab_screen:.1%} screen go to A/B")
         return measured
+
+    def _prestart(self) -> None:
+        """Start the A/B's round-0 benches without rows while the factor measures
+        (``prestart.start_round0``); where that cannot be done, one line says so and the
+        A/B starts its benches after the screen."""
+        if not can_prestart(self.runner):
+            return
+        try:
+            broad = broad_selection(self.factor.plan)
+            self.pre = start_round0(self.runner, self.repo, self.run_dir / "ab", self.factor.plan,
+                                    broad, _plugins(self.run_dir, broad[0]))
+            self.broad = broad
+        except EXPECTED_ERRORS as exc:
+            self.echo(f"harness job: the A/B's benches start after the screen: {one_line(exc)}")
+
+    def _close_pre(self) -> None:
+        if self.pre is not None:
+            self.pre.close()
+            self.pre = None
 
     def finish(self) -> dict[str, int | None]:
         self.start()
@@ -212,7 +237,10 @@ class Confirmation:
             readings, heads = future.result()
             self.early = None
         else:
-            readings, heads = self._ab(commit_groups(todo), measured)
+            try:
+                readings, heads = self._ab(commit_groups(todo), measured)
+            finally:
+                self._close_pre()
         self.seconds["A/B"] = time.perf_counter() - t0
         self.seconds.update(bench_timeline([d for d in sorted((run_dir / "ab").glob("*"))
                                             if d.is_dir() and d.name != "projection"], "A/B"))
@@ -236,9 +264,13 @@ class Confirmation:
         if not groups:
             return readings, heads
         todo, repo, run_dir = self.todo, self.repo, self.run_dir
-        runner, echo = runner or self.runner, echo or self.echo
         members = [mv for group in groups.values() for mv in group]
         matrices_ab = list(dict.fromkeys(m for m, _ in members))
+        broad = self.broad if runner is None and self.broad and set(matrices_ab) <= set(
+            self.broad[0]) else None
+        if broad:                  # every bench the command its round-0 bench started with
+            matrices_ab, runner = list(broad[0]), self.pre
+        runner, echo = runner or self.runner, echo or self.echo
         try:
             if dirty(repo):
                 raise ValueError("uncommitted changes under harness/: the measured code is "
@@ -252,9 +284,13 @@ class Confirmation:
             plugins = _plugins(run_dir, matrices_ab)
             universe = [v.current for m in matrices_ab for v in todo[m].result.verdicts
                         if v.current is not None]
-            parts = [_part(shas[c], [v for _, v in group], universe, matrices_ab)
+            parts = [a_part(shas[c], [v for _, v in group], universe, matrices_ab)
                      for c, group in groups.items()] if len(groups) > 1 else []
             filt, paths, modes, _, only = selection([v.current for _, v in members], universe)
+            if broad:
+                filt, paths, modes = None, broad[1], broad[2]
+                parts = [replace(p, filter=None, paths=paths, modes=modes, matrices="")
+                         for p in parts]
             outcome = compare(next(iter(shas.values())), head, self.settings,
                               work_dir=run_dir / "ab" / "+".join(matrices_ab), repo=repo,
                               matrix=",".join(matrices_ab), filter=filt, paths=paths,
@@ -296,6 +332,7 @@ class Confirmation:
     def close(self) -> None:
         if self.factor is not None:
             self.factor.close()
+        self._close_pre()
         if self.early is not None:             # not finished: its benches are killed
             held, future, lines = self.early
             self.early = None
@@ -309,28 +346,6 @@ class Confirmation:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-class _Deferred:
-    """An ``echo`` that keeps its lines until ``flush()``, then prints as it is called
-    (the early A/B's lines wait for the ppl step's to be done)."""
-
-    def __init__(self, echo: Callable[[str], None]) -> None:
-        self.echo, self.lines, self.live = echo, [], False
-        self.lock = threading.Lock()
-
-    def __call__(self, line: str) -> None:
-        with self.lock:
-            if not self.live:
-                self.lines.append(line)
-                return
-        self.echo(line)
-
-    def flush(self) -> None:
-        with self.lock:
-            self.live, lines, self.lines = True, self.lines, []
-        for line in lines:
-            self.echo(line)
 
 
 def ab_confirm(run_dir: Path, matrices: list[str], **kw) -> dict[str, int | None]:
@@ -378,15 +393,6 @@ def _reachable(repo: Path, groups: Mapping, echo: Callable[[str], None]) -> dict
             echo(f"harness job: A/B of the {len(group)} row(s) of baseline commit "
                  f"{commit[:12]} not done, their verdicts stand: {one_line(exc)}")
     return shas
-
-
-def _part(sha: str, rows: list[RowVerdict], universe: list, matrices: list[str]) -> APart:
-    """The A side's part at ``sha``: exactly ``rows`` (their baseline rows' commit), on
-    the matrices they come from."""
-    current = [v.current for v in rows]
-    filt, paths, modes, _, only = selection(current, universe)
-    return APart(sha, frozenset(v.key for v in rows), filt, paths, modes, only,
-                 matrices_of(",".join(matrices), current))
 
 
 def ab_confirm_matrix(run_dir: Path, matrix: str, **kw) -> int | None:

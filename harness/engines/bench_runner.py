@@ -23,7 +23,9 @@
   pipelining kept (the job's A/B gives its plugins to one side this way).
 * ``BenchRequest.rows``: the exact (case, path) rows to measure; the runner writes them
   beside the bench's results and gives it ``bench_rows.py`` (the last ``--plugin``), so an
-  A/B measures the rows it judges and not every path of their cases.
+  A/B measures the rows it judges and not every path of their cases. A request ``late``
+  names its row file at the start and gets the rows from ``fill`` before its release
+  (``prestart``: benches started before the rows are known).
 
 Extension point: ``BenchRunner``, any callable taking a ``BenchRequest`` and leaving a
 result directory under ``request.out_dir``; tests pass fake ones. A runner that also has
@@ -100,6 +102,10 @@ class BenchRequest:
     rows: tuple[tuple[str, str], ...] = ()
     #: ``KEY=VALUE`` settings given to the bench as ``--set`` (any revision's bench takes it)
     settings: tuple[str, ...] = ()
+    #: its rows come after it has started (``prestart.Prestarted``): the runner names the
+    #: row file at the start and writes nothing; ``SubprocessRunner.fill`` writes it before
+    #: the bench is released (the row plugin reads it after the gate). Gated benches only.
+    late: bool = False
 
 
 BenchRunner = Callable[[BenchRequest], None]
@@ -172,9 +178,14 @@ class SubprocessRunner:
             req = replace(req, plugins=(str(GATE_PLUGIN), *req.plugins))
         # first: it must act before anything is generated (a no-op on this checkout's own)
         req = replace(req, plugins=(str(DATA_PLUGIN), *req.plugins))
-        if req.rows:                              # last: it restricts wrapped paths too
-            rows = req.out_dir.parent / f"{req.out_dir.name}.rows.json"
-            rows.write_text(json.dumps(sorted(req.rows)))
+        if req.late and not gated:
+            raise CompareError(f"bench of {req.label} ({req.revision[:12]}): its rows come "
+                               "after its start, so it must wait at a gate")
+        if req.rows or req.late:                  # last: it restricts wrapped paths too
+            rows = rows_file(req)
+            rows.unlink(missing_ok=True)
+            if not req.late:
+                rows.write_text(json.dumps(sorted(req.rows)))
             env[ROWS_ENV] = str(rows)
             req = replace(req, plugins=(*req.plugins, str(ROWS_PLUGIN)))
         log = req.out_dir.parent / f"{req.out_dir.name}.log"
@@ -183,6 +194,15 @@ class SubprocessRunner:
         proc = subprocess.Popen(bench_command(req), cwd=req.worktree, env=env, stdout=fh,
                                 stderr=subprocess.STDOUT)
         return Started(req, proc, log, fh, gate, started=t0)
+
+    def fill(self, s: Started, rows: Sequence[tuple[str, str]]) -> None:
+        """Give a bench started ``late`` its rows (before ``release``): its row file is
+        written and its request records them."""
+        if not s.req.late or s.released is not None:
+            raise CompareError(f"bench of {s.req.label} ({s.req.revision[:12]}) already has "
+                               "its rows")
+        rows_file(s.req).write_text(json.dumps(sorted(rows)))
+        s.req = replace(s.req, rows=tuple(rows), late=False)
 
     def release(self, s: Started) -> None:
         if s.released is None:
@@ -258,6 +278,11 @@ class SubprocessRunner:
                     json.dumps(record) + "\n")
 
 
+def rows_file(req: BenchRequest) -> Path:
+    """The JSON file of ``req``'s rows, beside its results (``ROWS_ENV`` names it)."""
+    return req.out_dir.parent / f"{req.out_dir.name}.rows.json"
+
+
 def _reaped(s: Started) -> None:
     """Add the time now, the end of ``s``'s process, to its time record as ``reaped``."""
     record = s.log.with_name(f"{s.req.out_dir.name}.time.json")
@@ -324,6 +349,8 @@ class _Mapped:
             self.release, self.finish, self.abort = runner.release, runner.finish, runner.abort
         if hasattr(runner, "reap"):           # and the wait for benches let go at their exit
             self.reap = runner.reap
+        if hasattr(runner, "prestart"):       # a bench started before its rows are known
+            self.prestart = lambda req: runner.prestart(fn(req))
 
     def __call__(self, req: BenchRequest) -> None:
         self.runner(self.fn(req))

@@ -31,7 +31,7 @@ from ..reports.comparison import (
 )
 from ..reports.gate import stored_remeasure
 from ..reports.gate_record import stored_partial
-from ..reports.verdicts import GateResult
+from ..reports.verdicts import GateResult, RowVerdict
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run
 from .bench_runner import bench_paths, bench_rows
@@ -351,3 +351,12 @@ def selection(rows: Sequence[ResultRow], universe: Sequence[ResultRow]) -> tuple
     from): (filter, paths, modes, plugins, rows), ``BenchRequest``'s fields in order."""
     return (case_filter(rows, universe), tuple(bench_paths({r.path for r in rows})),
             tuple(sorted({r.mode for r in rows})), (), bench_rows(r.key for r in rows))
+
+
+def a_part(sha: str, rows: list[RowVerdict], universe: list, matrices: list[str]) -> APart:
+    """The A side's part at ``sha``: exactly ``rows`` (their baseline rows' commit), on
+    the matrices they come from."""
+    current = [v.current for v in rows]
+    filt, paths, modes, _, only = selection(current, universe)
+    return APart(sha, frozenset(v.key for v in rows), filt, paths, modes, only,
+                 matrices_of(",".join(matrices), current))

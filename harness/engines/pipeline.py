@@ -180,3 +180,26 @@ class HeldRunner:
     def cancel(self) -> None:
         self._cancelled = True
         self._open.set()
+
+
+class DeferredEcho:
+    """An ``echo`` that keeps its lines until ``flush()``, then prints as it is called: the
+    lines of an A/B run in a thread by a ``HeldRunner`` (``harness job``'s same-model A/B)
+    wait for those of the step it runs beside (the ppl step's)."""
+
+    def __init__(self, echo: Callable[[str], None]) -> None:
+        self.echo, self.lines, self.live = echo, [], False
+        self.lock = threading.Lock()
+
+    def __call__(self, line: str) -> None:
+        with self.lock:
+            if not self.live:
+                self.lines.append(line)
+                return
+        self.echo(line)
+
+    def flush(self) -> None:
+        with self.lock:
+            self.live, lines, self.lines = True, self.lines, []
+        for line in lines:
+            self.echo(line)

@@ -9,7 +9,7 @@ are these files'; test_real_h100_replay.py replays every job's verdicts with
 from __future__ import annotations
 
 import pytest
-from device_archives import archive_fixture, check_job, gated_verdicts
+from device_archives import archive_fixture, check_every_gated_row_judged, check_job
 
 runs = archive_fixture("h100-2026-12-06-v.tar.gz", "h100-2026-12-06-v")
 HEAD = "1a6ecf6a5b9a"
@@ -33,14 +33,7 @@ def test_the_unchanged_commit_on_a_foreign_model_gives_every_gated_row_a_speed_v
         runs, folder):
     """Every gated row SAME or FASTER (no TIMING_NOT_COMPARABLE, no false alarm); gsplit's
     five production rows and one swiglu pair FASTER, as on u1-u3."""
-    paths = ["fp16_cache", "marlin_asym", "native_int4"]
-    for matrix, n, gating in (("production", 56, paths),
-                              ("swiglu", 14, paths + ["native_int4_fused"])):
-        gated = gated_verdicts(runs, folder, matrix)
-        assert sorted(gated) == sorted(gating) and all(len(v) == n for v in gated.values())
-        assert {v for vs in gated.values() for v in vs} <= {"SAME", "FASTER"}, (matrix, gated)
-    rows = runs(folder, "production.json")["ab_confirm"]["rows"]
-    faster = {k for k, v in rows.items() if v["verdict"] == "FASTER"}
+    faster = check_every_gated_row_judged(runs, folder)
     assert {f"{cid}|marlin_asym|graph" for cid in GSPLIT_FASTER} <= faster
     swiglu = runs(folder, "swiglu.json")["ab_confirm"]["rows"]
     assert {k for k, v in swiglu.items() if v["verdict"] == "FASTER"} == {
