@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
+from ..results.store import read_meta
 from .bench_runner import with_requests
 from .revisions import BenchRunner
 
@@ -53,3 +54,11 @@ def current_side_plugins(runner: BenchRunner, plugins: tuple[str, ...],
     shared = tuple(p for p in plugins if both_sides(p, repo))
     return with_requests(
         runner, lambda req: replace(req, plugins=plugins if req.label == "B" else shared))
+
+
+def run_plugins(run_dir: Path, matrices) -> tuple[str, ...]:
+    """The ``--plugin`` files a stored run's ``matrices`` were measured with (their json's),
+    each once, in order."""
+    return tuple(dict.fromkeys(
+        str(p) for m in matrices
+        for p in read_meta(run_dir / f"{m}.json").extra.get("plugins", ()) or ()))

@@ -51,7 +51,6 @@ from pathlib import Path
 from ..config import Settings
 from ..errors import EXPECTED_ERRORS, one_line
 from ..results.schema import Key, ResultRow
-from ..results.store import read_meta
 from .ab_pending import (  # noqa: F401  (Pending, row_commit: re-exported for the tests)
     Pending,
     commit_groups,
@@ -60,7 +59,7 @@ from .ab_pending import (  # noqa: F401  (Pending, row_commit: re-exported for t
     row_commit,
     store_readings,
 )
-from .ab_plugins import current_side_plugins, dirty
+from .ab_plugins import current_side_plugins, dirty, run_plugins
 from .bench_runner import bench_timeline
 from .compare import a_part, compare, selection
 from .pipeline import DeferredEcho, HeldRunner
@@ -163,7 +162,7 @@ class Confirmation:
             if dirty(self.repo):
                 raise ValueError("uncommitted changes under harness/: the measured code is "
                                  "not a commit")
-            plugins = _plugins(run_dir, foreign)
+            plugins = run_plugins(run_dir, foreign)
             plan = sample_plan({m: p.result for m, p in foreign.items()}, self.settings,
                                row_commit, {m: p.base_commit for m, p in foreign.items()})
             if plan:
@@ -203,14 +202,15 @@ class Confirmation:
 
     def _prestart(self) -> None:
         """Start the A/B's round-0 benches without rows while the factor measures
-        (``prestart.start_round0``); where that cannot be done, one line says so and the
-        A/B starts its benches after the screen."""
-        if not can_prestart(self.runner):
+        (``prestart.start_round0``; not with ``ab_screen_round`` 1, whose round 0 is the
+        readings taken before); where that fails, one line says so and the A/B starts
+        its benches after the screen."""
+        if not can_prestart(self.runner) or self.settings.ab_screen_round:
             return
         try:
             broad = broad_selection(self.factor.plan)
             self.pre = start_round0(self.runner, self.repo, self.run_dir / "ab", self.factor.plan,
-                                    broad, _plugins(self.run_dir, broad[0]))
+                                    broad, run_plugins(self.run_dir, broad[0]))
             self.broad = broad
         except EXPECTED_ERRORS as exc:
             self.echo(f"harness job: the A/B's benches start after the screen: {one_line(exc)}")
@@ -281,7 +281,7 @@ class Confirmation:
             if not groups:
                 raise ValueError("no baseline commit of these rows is in this repository")
             members = [mv for group in groups.values() for mv in group]
-            plugins = _plugins(run_dir, matrices_ab)
+            plugins = run_plugins(run_dir, matrices_ab)
             universe = [v.current for m in matrices_ab for v in todo[m].result.verdicts
                         if v.current is not None]
             parts = [a_part(shas[c], [v for _, v in group], universe, matrices_ab)
@@ -364,13 +364,6 @@ def ab_confirm(run_dir: Path, matrices: list[str], **kw) -> dict[str, int | None
     the wall time of each part, "machine factor" and "A/B")."""
     with Confirmation(run_dir, matrices, **kw) as conf:
         return conf.start().finish()
-
-
-def _plugins(run_dir: Path, matrices) -> tuple[str, ...]:
-    """The ``--plugin`` files the run's matrices were measured with (their json's)."""
-    return tuple(dict.fromkeys(
-        str(p) for m in matrices
-        for p in read_meta(run_dir / f"{m}.json").extra.get("plugins", ()) or ()))
 
 
 def _head(repo: Path) -> str:

@@ -128,3 +128,19 @@ def test_the_foreign_ab_takes_its_round_0_from_the_benches_started_before_the_fa
     mine = [v for k, v in verdicts.items() if k[1] == "fp16_cache"]
     assert sum(v == "SLOWER" for v in mine) >= 0.95 * len(mine)
     assert "SLOWER" not in {v for k, v in verdicts.items() if k[1] != "fp16_cache"}
+
+
+def test_with_the_screens_readings_as_round_0_nothing_is_started_early(tmp_path):
+    """``ab_screen_round`` 1: round 0 of each side is the readings taken before the A/B,
+    so no bench of round 0 is started; rounds 1 and 2 start as usual."""
+    slow = {"fp16_cache": 1.05}
+    repo, base_sha, head_sha = _repo(tmp_path, slow)
+    run_dir, _ = _stored(tmp_path, base_sha, head_sha, slow)
+    fake = Filling()
+    with Confirmation(run_dir, ["synthetic"], baselines=tmp_path / "baselines", arch="sm90",
+                      settings=replace(S, ab_screen_round=1), rounds=3, repo=repo,
+                      runner=fake, echo=lambda s: None) as conf:
+        conf.start()
+        assert conf.finish() == {"synthetic": 1}
+    assert not [n for _, n in fake.events if n.startswith("round0/")]
+    assert "fill" not in {e for e, _ in fake.events}
