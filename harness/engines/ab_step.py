@@ -45,7 +45,6 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 
 from ..config import Settings
@@ -284,13 +283,11 @@ class Confirmation:
             plugins = run_plugins(run_dir, matrices_ab)
             universe = [v.current for m in matrices_ab for v in todo[m].result.verdicts
                         if v.current is not None]
-            parts = [a_part(shas[c], [v for _, v in group], universe, matrices_ab)
+            parts = [a_part(shas[c], [v for _, v in group], universe, matrices_ab, broad)
                      for c, group in groups.items()] if len(groups) > 1 else []
             filt, paths, modes, _, only = selection([v.current for _, v in members], universe)
-            if broad:
+            if broad:                                  # the one selection, the rows exact
                 filt, paths, modes = None, broad[1], broad[2]
-                parts = [replace(p, filter=None, paths=paths, modes=modes, matrices="")
-                         for p in parts]
             outcome = compare(next(iter(shas.values())), head, self.settings,
                               work_dir=run_dir / "ab" / "+".join(matrices_ab), repo=repo,
                               matrix=",".join(matrices_ab), filter=filt, paths=paths,
@@ -298,7 +295,8 @@ class Confirmation:
                               runner=current_side_plugins(runner, plugins, repo),
                               echo=echo, a_parts=parts,
                               seeds=self._seeds(members, measured),
-                              decide=[v.key for _, v in members])
+                              decide=[v.key for _, v in members],
+                              worktree_of=self.pre.trees.made if broad else None)
         except EXPECTED_ERRORS as exc:
             echo(f"harness job: A/B of {', '.join(matrices_ab)} not done, its verdicts "
                  f"stand: {one_line(exc)}")

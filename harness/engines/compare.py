@@ -115,6 +115,7 @@ def compare(
     echo: Callable[[str], None] = print, strict_env: bool = False, confirm: bool = True,
     rows: Sequence[tuple[str, str]] = (), a_parts: Sequence[APart] = (),
     seeds: Mapping[str, Sequence[ResultRow]] | None = None, decide: Collection[Key] = (),
+    worktree_of: Mapping[str, Path] | None = None,
 ) -> CompareOutcome:
     """Gate B against A (A is the baseline side). Measured rounds land in ``work_dir/runs``.
 
@@ -141,6 +142,8 @@ def compare(
     commits, side B's the job's own bench), used as round 0 of both sides: each side
     then measures ``rounds - 1`` more rounds, and its margins and pooled medians count the
     seed as one of its rounds.
+    ``worktree_of`` (sha -> path): worktrees of the revisions measured that the caller
+    keeps (``prestart.Prestarted``'s), used where they cover all of them.
     A stored B replays the confirmations its bench stored. ``confirm=False`` skips the
     extra round: the pooled rounds' verdicts stand (``harness job``'s A/B, where one more
     round of a path-wide regression costs ~55 s on the H200 and decides nothing new).
@@ -174,7 +177,7 @@ def compare(
                 if sel is not None:
                     jobs.append((sub(r), leg, BenchRequest(
                         leg.label, leg.side.revision, leg.tree,
-                        work_dir / "runs" / sub(r) / leg.folder, sel[0], r, *sel[1:])))
+                        bench_dir(work_dir, sub(r), leg.folder), sel[0], r, *sel[1:])))
         for *_, req in jobs:
             if req.out_dir.exists():
                 shutil.rmtree(req.out_dir)
@@ -206,18 +209,23 @@ def compare(
     with contextlib.ExitStack() as stack:
         legs: list[_Leg] = []
         if measured:
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="harness-compare-")))
             shas = [s.revision for s in measured]
             parts = [replace(p, revision=resolve_revision(repo, p.revision)) for p in a_parts]
-            trees = stack.enter_context(worktrees(
-                repo.resolve(), list(dict.fromkeys(shas + [p.revision for p in parts])), tmp))
+            wanted = list(dict.fromkeys(shas + [p.revision for p in parts]))
+            if worktree_of and all(sha in worktree_of for sha in wanted):
+                trees = dict(worktree_of)
+            else:
+                tmp = Path(stack.enter_context(
+                    tempfile.TemporaryDirectory(prefix="harness-compare-")))
+                trees = stack.enter_context(worktrees(repo.resolve(), wanted, tmp))
             if parts:
+                folders = a_folders([p.revision for p in parts])
                 legs = [_Leg("A", replace(a, label=a.label if i == 0 else p.revision[:12],
                                           revision=p.revision),
-                             trees[p.revision], f"A@{p.revision[:12]}", p)
+                             trees[p.revision], folders[i], p)
                         for i, p in enumerate(parts)]
             elif a.revision:
-                legs = [_Leg("A", a, trees[a.revision], "A")]
+                legs = [_Leg("A", a, trees[a.revision], a_folders([])[0])]
             if b.revision:
                 legs.append(_Leg("B", b, trees[b.revision], "B"))
             whole = (matrix, filter, tuple(paths), tuple(modes), (), tuple(rows))
@@ -334,6 +342,17 @@ def _rounds_text(extended: Mapping[Key, int]) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
+def a_folders(revisions: Sequence[str]) -> list[str]:
+    """The folders of side A's benches in each round: ``A@<sha12>`` per part where A is
+    measured in parts (``APart``), else ``A``."""
+    return [f"A@{sha[:12]}" for sha in revisions] if revisions else ["A"]
+
+
+def bench_dir(work_dir: Path, round_name: str, folder: str) -> Path:
+    """Where a compare's bench of one round and leg writes its results."""
+    return work_dir / "runs" / round_name / folder
+
+
 def matrices_of(matrix: str, rows: Sequence[ResultRow]) -> str:
     """The matrices of ``matrix`` (comma-separated, as the bench takes them) that ``rows``
     come from: a bench of some rows measures only their matrices (``harness bench``
@@ -353,10 +372,16 @@ def selection(rows: Sequence[ResultRow], universe: Sequence[ResultRow]) -> tuple
             tuple(sorted({r.mode for r in rows})), (), bench_rows(r.key for r in rows))
 
 
-def a_part(sha: str, rows: list[RowVerdict], universe: list, matrices: list[str]) -> APart:
+def a_part(sha: str, rows: list[RowVerdict], universe: list, matrices: list[str],
+           broad: tuple | None = None) -> APart:
     """The A side's part at ``sha``: exactly ``rows`` (their baseline rows' commit), on
-    the matrices they come from."""
+    the matrices they come from; with ``broad`` ((matrices, paths, modes): the foreign
+    A/B's one selection, ``prestart``) those paths and modes on every case of the
+    compare's matrices, the rows still exactly ``rows``."""
     current = [v.current for v in rows]
+    if broad:
+        return APart(sha, frozenset(v.key for v in rows), None, broad[1], broad[2],
+                     bench_rows(v.key for v in rows), "")
     filt, paths, modes, _, only = selection(current, universe)
     return APart(sha, frozenset(v.key for v in rows), filt, paths, modes, only,
                  matrices_of(",".join(matrices), current))

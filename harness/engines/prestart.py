@@ -12,7 +12,8 @@ beside 4 s for a same-model job, whose A/B starts up during its perplexity step.
 process starts up and waits at its gate. When a request arrives at ``start`` that differs
 from a held one only in its rows (and its worktree: a held bench runs in a worktree of the
 same commit that this object keeps until ``close``), the held bench is given those rows
-(``fill``) and handed over; any other request starts as usual. A bench started
+(``fill``) and handed over; any other request starts as usual. Its worktrees
+(``trees.made``) serve the A/B's compare too (``compare``'s ``worktree_of``). A bench started
 too early measures what it would have measured: only the rows its file names
 (``bench_rows.py``), with the selection (matrices, paths, modes, no case filter) that
 the A/B's rounds all use on another model, so every bench of both sides runs the same
@@ -40,6 +41,7 @@ from pathlib import Path
 from ..reports.verdicts import RowVerdict
 from .ab_plugins import current_side_plugins
 from .bench_runner import BenchRequest, bench_paths
+from .compare import a_folders, bench_dir
 from .revisions import WorktreePool, resolve_revision
 
 
@@ -125,9 +127,9 @@ def ab_round0(work_dir: Path, matrix: str, bases: Sequence[str], head: str, *,
     round0/<leg>: one ``A@<sha12>`` per baseline commit where there are several, else
     ``A``, then ``B``), each of ``matrix`` with no case filter (the rows decide), without
     rows; the worktree is the caller's to set (``Prestarted.prestart`` does)."""
-    folders = [f"A@{sha[:12]}" for sha in bases] if len(bases) > 1 else ["A"]
+    folders = a_folders(bases if len(bases) > 1 else [])
     legs = [("A", sha, folder) for sha, folder in zip(bases, folders, strict=True)]
-    return [BenchRequest(label, sha, Path(), work_dir / "runs" / "round0" / folder, matrix, 0,
+    return [BenchRequest(label, sha, Path(), bench_dir(work_dir, "round0", folder), matrix, 0,
                          None, tuple(paths), tuple(modes))
             for label, sha, folder in [*legs, ("B", head, "B")]]
 

@@ -122,6 +122,8 @@ def test_the_foreign_ab_takes_its_round_0_from_the_benches_started_before_the_fa
         return
     assert sorted((c.label, c.round) for c in ab) == [(s, r) for s in "AB" for r in range(3)]
     assert {c.filter for c in ab} == {None} and {c.matrix for c in ab} == {"synthetic"}
+    # one set of worktrees: the compare measures in the held benches' (no second checkout)
+    assert {c.worktree.parent.name.startswith("harness-prestart-") for c in ab} == {True}
     assert ("fill", "round0/A") in fake.events and ("fill", "round0/B") in fake.events
     assert [n for e, n in fake.events if e == "start"].count("round0/B") == 1
     verdicts = _gated(run_dir)
