@@ -14,8 +14,8 @@ The runner (``bench_runner.SubprocessRunner``) writes the file and gives this pl
 both sides of an A/B, last among the plugins, so it also restricts a path that an earlier
 plugin wrapped (a planted slowdown). A SwiGLU pair's paths are derived from the
 registered ones when the bench runs (``kernels.swiglu_pair.paths_for_case``): a pair path
-follows its registered path, and the fused native pair path is measured on every case
-where ``native_int4`` is, so name a derived row by the path it comes from.
+follows its registered path, and the fused native pair path is made to follow
+``native_int4`` (``follow_native``), so name a derived row by the path it comes from.
 
 Such a bench measures time only: its rows are judged against the other side's timing,
 never on accuracy (the job's accuracy verdicts are its own bench's, the baseline's
@@ -37,6 +37,11 @@ import sys
 
 from harness.kernels.base import PATHS  # the registry of the revision this bench runs
 from harness.measure import runner as _runner  # that revision's runner
+
+try:  # the SwiGLU pair's derived paths, where that revision has them
+    from harness.kernels import swiglu_pair as _pairs
+except ImportError:
+    _pairs = None
 
 ROWS_ENV = "HARNESS_BENCH_ROWS"
 #: The reason recorded on a row left out (the row is ``unavailable`` in that bench only).
@@ -79,6 +84,25 @@ def restrict(registry, wanted: dict[str, set[str]]) -> list[str]:
     return done
 
 
+def follow_native(fused_class) -> bool:
+    """Make the fused native pair path (``swiglu_pair.FusedNativeSwiGLU``, derived when the
+    bench runs) leave out every case its ``native`` path leaves out: a derived row is asked
+    for by the registered path it comes from (``bench_runner.DERIVED_FROM``), and the class
+    itself refuses no pair case, so without this every bench whose paths include
+    ``native_int4`` measured the fused row of every pair case it selects (14 rows, 4.6 s
+    of each 6-7 s bench of the foreign A/B on an H100, w1 of docs/measurement.md §16.16).
+    Patches the class (this process only); False where there is none to patch."""
+    if fused_class is None or not hasattr(fused_class, "unsupported_reason"):
+        return False
+    own = fused_class.unsupported_reason
+
+    def unsupported_reason(self, case, _own=own):
+        return _own(self, case) or self.native.unsupported_reason(case)
+
+    fused_class.unsupported_reason = unsupported_reason
+    return True
+
+
 def timing_only(runner_class) -> bool:
     """Turn off ``runner_class``'s fresh-input re-check (this process only); False where
     the class has none."""
@@ -91,4 +115,5 @@ def timing_only(runner_class) -> bool:
 _FILE = os.environ.get(ROWS_ENV, "")
 if _FILE:
     restrict(PATHS, read_rows(_FILE))
+    follow_native(getattr(_pairs, "FusedNativeSwiGLU", None))
     timing_only(_runner.Runner)

@@ -25,8 +25,11 @@ from harness.engines.bench_runner import (
     bench_rows as rows_for_keys,
 )
 from harness.kernels.base import PathRegistry
+from harness.kernels.dispatch import FUSED_NAME
 from harness.kernels.fp16_cache import Fp16CachePath
 from harness.kernels.marlin.asym import MarlinAsymPath
+from harness.kernels.native_int4 import NativeInt4Path
+from harness.kernels.swiglu_pair import PAIR_KIND, FusedNativeSwiGLU
 from harness.measure.runner import Runner
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -127,3 +130,44 @@ def test_an_ab_bench_skips_the_fresh_input_recheck_and_only_that():
     assert bench_rows.timing_only(type("Old", (), {})) is False
     # the name the plugin patches is the runner's own (a rename would silently re-check)
     assert callable(Runner.__dict__["_fresh_check"])
+
+
+def test_the_fused_pair_row_follows_native_int4(monkeypatch):
+    """The fused native pair path is derived when the bench runs and refuses no pair case
+    of its own: the plugin makes it leave out what ``native_int4`` leaves out (it measured
+    every pair case in every foreign A/B bench on an H100 before, 4.6 s a bench)."""
+    monkeypatch.setattr(FusedNativeSwiGLU, "unsupported_reason",
+                        FusedNativeSwiGLU.unsupported_reason)   # restored after the test
+    reg = PathRegistry()
+    native = reg.register(NativeInt4Path())
+    pairs = [c for c in smoke_matrix() if c.kind == PAIR_KIND]
+    fused = FusedNativeSwiGLU(native)
+    assert all(fused.unsupported_reason(c) is None for c in pairs)
+    bench_rows.restrict(reg, {"native_int4": {pairs[0].id}})
+    assert bench_rows.follow_native(FusedNativeSwiGLU) is True
+    assert fused.unsupported_reason(pairs[0]) is None
+    assert all(fused.unsupported_reason(c) == bench_rows.LEFT_OUT for c in pairs[1:])
+    gemm = next(c for c in smoke_matrix() if c.kind != PAIR_KIND)
+    assert fused.unsupported_reason(gemm) not in (None, bench_rows.LEFT_OUT)  # its own
+    assert bench_rows.follow_native(None) is False
+
+
+def test_a_bench_with_native_int4_leaves_unasked_fused_rows_out(tmp_path):
+    smoke = {c.id: c for c in smoke_matrix()}
+    pair = next(i for i in smoke if i.startswith("swiglu_pair"))
+    gemm = sorted(i for i in smoke if i != pair)[0]
+    for label, wanted in (("gemm", ((gemm, "native_int4"), (pair, "fp16_cache"))),
+                          ("pair", ((pair, "native_int4"),))):
+        req = BenchRequest(label, "HEAD", ROOT, tmp_path / label, "smoke", 0,
+                           paths=("fp16_cache", "native_int4"), plugins=(TIMER,),
+                           rows=wanted)
+        subprocess_runner(req)
+        [csv] = (tmp_path / label).glob("*/*/smoke.csv")
+        got = pd.read_csv(csv)
+        fused = got[got.path == FUSED_NAME]
+        assert len(fused), f"{label}: no {FUSED_NAME} row written"
+        if label == "gemm":      # native_int4 asked on a GEMM case only: no fused row timed
+            assert (fused.status == "unavailable").all()
+            assert (fused.error == bench_rows.LEFT_OUT).all()
+        else:                    # asked on the pair: its fused row comes with it
+            assert (fused.status == "ok").all(), fused[["status", "error"]]
