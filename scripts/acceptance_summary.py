@@ -4,12 +4,15 @@ that path's rows in ``--mode`` (default graph) ended SLOWER and how many other r
 (per GPU too, for a run spread over several by ``harness bench --gpus``; and by the
 slowdown the plant really added, from the plugin's log ``../../plant-log`` when there is
 one: a spin cannot add less than its own node costs); then, when the
-run has a ``job.json``, the job's exit code and where its time went.
+run has a ``job.json``, the job's exit code and where its time went; then, when its A/B
+ran benches, how many rows they timed and how many of those their row files did not ask
+for (none since 4a92d54; before it, each foreign A/B bench timed 14 fused pair rows more).
 
     python scripts/acceptance_summary.py results/<commit>/sm90 [--plant fp16_cache]
 
-Reads the matrices' json files only (the gate record ``harness bench`` / ``harness job``
-stored, rewritten by the A/B step), so it runs anywhere the results were copied.
+Reads the matrices' json files (the gate record ``harness bench`` / ``harness job`` stored,
+rewritten by the A/B step) and the A/B benches' row files and CSVs, with the checkout's
+torch-free ``harness.engines.bench_runner``, so it runs anywhere the results were copied.
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from harness.engines.bench_runner import DERIVED_FROM  # noqa: E402  (the checkout's; torch-free)
 
 
 def summarize(run_dir: Path, plant: str | None, mode: str, by_path: bool = False) -> list[str]:
@@ -89,7 +98,33 @@ def summarize(run_dir: Path, plant: str | None, mode: str, by_path: bool = False
                     if s.startswith(f"{k}: ") and isinstance(t, (int, float))]
             parts.append(f"{k} {v:.0f} s" + (f" [{', '.join(subs)}]" if subs else ""))
         lines.append(f"{run_dir} job: exit {job.get('exit_code')}; " + ", ".join(parts))
+    if lines:
+        lines += _ab_benches(run_dir)
     return lines
+
+
+def _ab_benches(run_dir: Path) -> list[str]:
+    """One line on the A/B's benches (``ab/<matrices>/runs/round*/<side>``, each beside its
+    row file ``<side>.rows.json``): how many measured, the rows they timed (``ok``) and
+    those of them that no row file asked for (a derived row counted as its registered
+    path's, ``bench_runner.DERIVED_FROM``); none where the A/B ran no bench."""
+    benches = timed = unasked = 0
+    for rows_file in sorted(run_dir.glob("ab/*/runs/round*/*.rows.json")):
+        asked = {tuple(pair) for pair in json.loads(rows_file.read_text())}
+        folder = rows_file.with_name(rows_file.name.removesuffix(".rows.json"))
+        tables = sorted(folder.glob("*/*/*.csv"))
+        benches += bool(tables)
+        for table in tables:
+            with table.open(newline="") as fh:
+                for row in csv.DictReader(fh):
+                    if row.get("status") == "ok":
+                        timed += 1
+                        unasked += (row["case_id"],
+                                    DERIVED_FROM.get(row["path"], row["path"])) not in asked
+    if not benches:
+        return []
+    return [f"{run_dir} A/B benches: {benches}, {timed} rows timed, {unasked} of them not in "
+            "their row files"]
 
 
 def _pct(x, sign: str = "") -> str:

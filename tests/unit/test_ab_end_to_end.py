@@ -136,6 +136,8 @@ def test_a_planted_slowdown_is_confirmed_ab(project):
     assert f"planted fp16_cache (cpu): {n}/{n} SLOWER (100.0%), 0 other failing" in summary
     assert f"{run} job: exit 1; torch + GPU start " in summary
     assert ", bench (smoke) " in summary and ", A/B " in summary and "[measuring " in summary
+    # every row the A/B's benches timed was asked for by their row files
+    assert f"{run} A/B benches: " in summary and " 0 of them not in their row" in summary
 
 
 @pytest.mark.slow

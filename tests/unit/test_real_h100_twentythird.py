@@ -8,6 +8,9 @@ with `harness report`."""
 from __future__ import annotations
 
 import glob
+import subprocess
+import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -58,6 +61,11 @@ def test_every_ab_bench_timed_the_fourteen_fused_rows_it_was_not_asked_for(runs)
             swiglu = pd.read_csv(f"{bench}/swiglu.csv")
             fused = swiglu[swiglu.path == "native_int4_fused"]
             assert len(fused) == 14 and (fused.status == "ok").all()
+    summary = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[2] / "scripts"
+                             / "acceptance_summary.py"), str(runs.top / FOREIGN[1])],
+        capture_output=True, text=True, check=True).stdout
+    assert "A/B benches: 9, 180 rows timed, 126 of them not in their row files" in summary
     seconds = [runs(f, "job.json")["seconds"]["A/B"] for f in FOREIGN]
     assert [round(s) for s in seconds] == [65, 64]
     assert [len(_measured(runs, f)) for f in FOREIGN] == [11, 9]
