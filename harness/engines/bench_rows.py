@@ -31,6 +31,8 @@ and its ``harness.measure.runner.Runner`` (a revision without ``_fresh_check`` k
 whatever it has). Without the variable it does nothing.
 """
 
+import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -38,10 +40,9 @@ import sys
 from harness.kernels.base import PATHS  # the registry of the revision this bench runs
 from harness.measure import runner as _runner  # that revision's runner
 
-try:  # the SwiGLU pair's derived paths, where that revision has them
-    from harness.kernels import swiglu_pair as _pairs
-except ImportError:
-    _pairs = None
+#: the SwiGLU pair's derived paths, where that revision has them (since ce316cd)
+_PAIRS = "harness.kernels.swiglu_pair"
+_pairs = importlib.import_module(_PAIRS) if importlib.util.find_spec(_PAIRS) else None
 
 ROWS_ENV = "HARNESS_BENCH_ROWS"
 #: The reason recorded on a row left out (the row is ``unavailable`` in that bench only).
