@@ -8,6 +8,7 @@ with `harness report`."""
 from __future__ import annotations
 
 import glob
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -66,6 +67,11 @@ def test_every_ab_bench_timed_the_fourteen_fused_rows_it_was_not_asked_for(runs)
                              / "acceptance_summary.py"), str(runs.top / FOREIGN[1])],
         capture_output=True, text=True, check=True).stdout
     assert "A/B benches: 9, 180 rows timed, 126 of them not in their row files" in summary
+    # the SwiGLU matrix's share of the benches' time, from their "wall for this matrix" lines
+    swiglu = sum(float(re.search(r"swiglu\.csv \(([\d.]+) s wall", log.read_text()).group(1))
+                 for log in (runs.top / FOREIGN[1]).glob("ab/*/runs/round*/*.log")
+                 if "shadow" not in log.name)
+    assert round(swiglu) == 47
     seconds = [runs(f, "job.json")["seconds"]["A/B"] for f in FOREIGN]
     assert [round(s) for s in seconds] == [65, 64]
     assert [len(_measured(runs, f)) for f in FOREIGN] == [11, 9]
