@@ -98,7 +98,8 @@ def follow_native(fused_class) -> bool:
     own = fused_class.unsupported_reason
 
     def unsupported_reason(self, case, _own=own):
-        return _own(self, case) or self.native.unsupported_reason(case)
+        native = getattr(self, "native", None)     # the registered path it runs on
+        return _own(self, case) or (native.unsupported_reason(case) if native else None)
 
     fused_class.unsupported_reason = unsupported_reason
     return True
