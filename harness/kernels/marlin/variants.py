@@ -95,6 +95,11 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "added in order in shared memory after one barrier, C in 16-byte vectors (issue "
             "41: the accumulation kernels before it walked the groups in a chain of loads); "
             "wide's accumulation elsewhere (stream's decode kernel at M = 1)"),
+    Variant("addmm", None, "correction",
+            "Marlin alone, then the group sums in float32 (torch), split with delta into fp16 "
+            "halves, and one cuBLAS C.addmm_ of inner size 3G (beta 1, float32 accumulation, "
+            "C read and rounded once): the rank-G update on tensor cores, a probe for large M "
+            "(issue 41; harness/kernels/marlin/addmm.py)"),
     Variant("marlin_only", 0, "baseline",
             "Marlin alone (no zeroing, no correction): the overhead baseline"),
     Variant("empty", 6, "floor",
@@ -108,7 +113,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("auto", None, "auto", "per call, the variant AUTO_BY_CLASS names for M's shape class"),
 )}
 
-#: name -> extension id (None: two_kernel's own route) for every concrete variant.
+#: name -> extension id (None: two_kernel's or addmm's own route) for every concrete variant.
 EXT_IDS: dict[str, int | None] = {n: v.ext_id for n, v in VARIANTS.items() if v.kind != "auto"}
 
 #: Real corrections, in the order the study measures them.
@@ -215,7 +220,7 @@ def describe(name: str) -> str:
 
 
 def ext_id(name: str) -> int | None:
-    """The extension id of a concrete variant (None for ``two_kernel``)."""
+    """The extension id of a concrete variant (None for ``two_kernel`` and ``addmm``)."""
     v = VARIANTS[check_variant_name(name)]
     if v.kind == "auto":
         raise CorrectionVariantError(
