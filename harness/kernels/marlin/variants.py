@@ -15,7 +15,10 @@ file per variant family: ``correction_variant_graph.cu`` (two_kernel_lean, graph
 Extension point: a new variant is one id in ``CorrectionVariant`` (harness_kernels.h),
 its name in ``correction_variant_name`` and a branch in ``run_marlin_asym_variant``
 (correction_variants.cu), one ``Variant`` entry in ``VARIANTS`` here, and a row in the
-study (``harness.studies.correction_study`` measures every entry of ``STUDIED``).
+study (``harness.studies.correction_study`` measures every entry of ``STUDIED``). A variant
+built from torch calls instead (``addmm``: ``ext_id`` None) is its ``Variant`` entry, its
+module beside this one and a branch in ``MarlinAsymPath.run_variant`` and
+``marlin_mm_asymmetric`` (``harness.kernels.marlin.asym``).
 
 Selection: ``MarlinAsymPath(variant=...)``, else ``$HARNESS_CORRECTION_VARIANT``, else
 ``DEFAULT_VARIANT``. ``auto`` picks per call from ``AUTO_BY_CLASS`` by the shape class of
