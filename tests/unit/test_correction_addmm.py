@@ -10,7 +10,13 @@ import pytest
 import torch
 
 from harness.kernels.marlin import variants as cv
-from harness.kernels.marlin.addmm import ADDMM, addmm_correction, delta_operand, split_half
+from harness.kernels.marlin.addmm import (
+    ADDMM,
+    addmm_correction,
+    delta_operand,
+    refuse_flags,
+    split_half,
+)
 from harness.kernels.reference import apply_marlin_correction
 
 
@@ -63,3 +69,9 @@ def test_the_variant_is_a_correction_the_study_measures():
     assert ADDMM in cv.CORRECTIONS and ADDMM in cv.STUDIED
     assert cv.ext_id(ADDMM) is None and ADDMM not in cv.EXT_VARIANTS
     assert cv.concrete_variant(ADDMM, 1024) == ADDMM
+
+
+def test_planted_flags_are_refused_in_one_line():
+    refuse_flags(0)
+    with pytest.raises(ValueError, match=r"^variant 'addmm': correction flags 4 act on the CUDA"):
+        refuse_flags(4)

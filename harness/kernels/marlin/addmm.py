@@ -27,6 +27,14 @@ import torch
 ADDMM = "addmm"
 
 
+def refuse_flags(flags: int) -> None:
+    """The planted-defect flags act on the CUDA correction only: refuse them here, in one
+    line, rather than run a correction that ignores them."""
+    if flags:
+        raise ValueError(f"variant {ADDMM!r}: correction flags {flags} act on the CUDA "
+                         "correction only; this variant has none")
+
+
 def split_half(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``x`` (float32) as ``hi + lo``, both float16: ``hi`` its rounding, ``lo`` the rest's."""
     if x.dtype != torch.float32:

@@ -44,7 +44,7 @@ from harness.cases.data import QuantizedWeight
 from ..base import GemmPath, KernelReturnCode, Prepared, int4_weight_bytes
 from ..build import extension
 from ..reference import apply_marlin_correction, implied_weight
-from .addmm import ADDMM, addmm_correction, delta_operand
+from .addmm import ADDMM, addmm_correction, delta_operand, refuse_flags
 from .facts import (
     DEFAULT_MAX_PAR,
     MARLIN_NONDETERMINISM,
@@ -120,9 +120,7 @@ def marlin_mm_asymmetric(A: torch.Tensor, pack: MarlinPack, C: torch.Tensor,
     if prov.name == "quanto":
         vid, sz = ext_id(name), scaled_zero(pack)
         if name == ADDMM:        # no state here: delta's split is made on every call
-            if flags:
-                raise CorrectionVariantError(f"variant {ADDMM!r}: flags act on the CUDA "
-                                             "correction only")
+            refuse_flags(flags)
             rc = int(ext.marlin_asym_variant(A, C, pack.B, pack.scales, sz, pack.delta,
                                              workspace, gs, EXT_IDS["marlin_only"], 0, max_par))
             if rc == 0:
@@ -299,9 +297,7 @@ class MarlinAsymPath(GemmPath):
         """Marlin alone into ``out``, then ``addmm.addmm_correction``; delta's fp16 split is
         made on the first call and kept in the prepared state (the study's untimed checks
         make that call before any timing)."""
-        if self.correction_flags:
-            raise CorrectionVariantError(f"variant {ADDMM!r}: correction_flags act on the CUDA "
-                                         "correction only; this variant has none")
+        refuse_flags(self.correction_flags)
         self.run_marlin_only(prepared, A, out)
         st = prepared.state
         if "addmm_delta" not in st:
