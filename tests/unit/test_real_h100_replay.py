@@ -4,7 +4,8 @@ docs/measurement.md §9.8-9.13, §16.4-16.7) and of the fourteenth's H200 call k
 and H100 call m1 (§16.8), the fifteenth's H100 calls n1-n4 (§16.9) and the sixteenth's
 H100 calls p1-p4 (§16.10), the seventeenth's H100 calls q1-q4 (§16.11) and H200 call q5 (§9.17),
 the eighteenth's r1-r4 (§16.12), the twentieth's t1, t2 (§16.13), the twenty-first's
-u1-u3 (§16.14), the twenty-second's v2 (§16.15) and the twenty-third's w1 (§16.16)
+u1-u3 (§16.14), the twenty-second's v2 (§16.15), the twenty-third's w1 (§16.16) and the
+twenty-fourth's x1 (§16.17)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
@@ -35,6 +36,7 @@ T = "t{}/{}/6de0b5d2b69a/sm90"
 U = "u{}/{}/4854efc26822/sm90"
 V = "v2/{}/1a6ecf6a5b9a/sm90"
 W1 = "w1/{}/1768dae60946/sm90"
+X1 = "x1/{}/890e885d3286/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -144,6 +146,12 @@ ARCHIVES = {
     "h100-2026-12-06-w.tar.gz": ("h100-2026-12-06-w", {
         W1.format("foreign"): (True, False, 0, 380), W1.format("foreign2"): (True, False, 0, 380),
         W1.format("aa3"): (False, False, 0, 380)}),
+    # the twenty-fourth session's fresh H100 at 890e885 (the fused-row fix): as w1, then
+    # the regression judged as foreign
+    "h100-2026-12-06-x.tar.gz": ("h100-2026-12-06-x", {
+        X1.format("foreign"): (True, False, 0, 380), X1.format("foreign2"): (True, False, 0, 380),
+        X1.format("aa3"): (False, False, 0, 380),
+        "x1/regressforeign/0afcb3933adf/sm90": (True, False, 1, 380)}),
 }
 
 
