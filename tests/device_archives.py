@@ -109,6 +109,14 @@ def failing(runs: Runs, folder: str,
     return out
 
 
+def ab_measured(runs: Runs, folder: str) -> dict[str, dict]:
+    """The rows a stored foreign job measured A/B (production and swiglu; not the rows it
+    only projected): key -> its ``ab_confirm`` reading."""
+    return {k: v for m in ("production", "swiglu")
+            for k, v in runs(folder, f"{m}.json")["ab_confirm"]["rows"].items()
+            if v.get("source") != "projected"}
+
+
 def check_job(runs: Runs, folder: str, uuid: str, want: tuple[int, int],
               gpu: str = "NVIDIA H100 80GB HBM3") -> None:
     """A stored job ran on the GPU ``uuid`` names and ended as ``want`` (exit code, whole

@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from device_archives import archive_fixture, check_every_gated_row_judged, check_job, failing
+from device_archives import (
+    ab_measured,
+    archive_fixture,
+    check_every_gated_row_judged,
+    check_job,
+    failing,
+)
 
 runs = archive_fixture("h100-2026-12-06-x.tar.gz", "h100-2026-12-06-x")
 HEAD = "890e885d3286"
@@ -28,12 +34,6 @@ JOBS = {FOREIGN[0]: (0, 117), FOREIGN[1]: (0, 117), f"x1/aa3/{HEAD}/sm90": (0, 6
 GSPLIT_FASTER = {"M16-N2048-K2048-g128-s0", "M16-N2048-K8192-g128-s0", "M16-N6144-K2048-g128-s0",
                  "M16-N8192-K2048-g128-s0", "M256-N2048-K8192-g128-s0"}
 SUMMARY = Path(__file__).resolve().parents[2] / "scripts" / "acceptance_summary.py"
-
-
-def _measured(runs, folder):
-    return {k: v for m in ("production", "swiglu")
-            for k, v in runs(folder, f"{m}.json")["ab_confirm"]["rows"].items()
-            if v.get("source") != "projected"}
 
 
 def _summary(runs, folder):
@@ -61,7 +61,7 @@ def test_the_regression_fails_fp16_cache_and_nothing_else(runs):
     """fp16_cache's 70 gated rows SLOWER, on 79 rows measured A/B in 62 s."""
     assert failing(runs, REGRESS) == {("production", "fp16_cache"): 56,
                                       ("swiglu", "fp16_cache"): 14}
-    assert len(_measured(runs, REGRESS)) == 79
+    assert len(ab_measured(runs, REGRESS)) == 79
     assert round(runs(REGRESS, "job.json")["seconds"]["A/B"]) == 62
 
 
@@ -89,8 +89,8 @@ def test_the_foreign_job_against_the_same_model_job_warm(runs):
     assert round(warm["total"] / same["total"], 2) == 1.69
     assert [round(warm[k]) for k in ("machine factor", "A/B")] == [22, 31]
     assert round(same["A/B"]) == 5
-    assert len(_measured(runs, FOREIGN[1])) == 13
+    assert len(ab_measured(runs, FOREIGN[1])) == 13
     assert ("extra rounds: M128-N2048-K2048-gK-s0|fp16_cache|graph SAME -1.46% "
             "(threshold 2.25%, 7 rounds)") in _summary(runs, FOREIGN[1])
     fresh = runs(FOREIGN[0], "job.json")["seconds"]
-    assert round(fresh["A/B"]) == 21 and len(_measured(runs, FOREIGN[0])) == 12
+    assert round(fresh["A/B"]) == 21 and len(ab_measured(runs, FOREIGN[0])) == 12

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from device_archives import archive_fixture, check_every_gated_row_judged, check_job
+from device_archives import ab_measured, archive_fixture, check_every_gated_row_judged, check_job
 
 runs = archive_fixture("h100-2026-12-06-w.tar.gz", "h100-2026-12-06-w")
 HEAD = "1768dae60946"
@@ -26,12 +26,6 @@ JOBS = {f"w1/foreign/{HEAD}/sm90": (0, 160), f"w1/foreign2/{HEAD}/sm90": (0, 149
 FOREIGN = [f"w1/foreign/{HEAD}/sm90", f"w1/foreign2/{HEAD}/sm90"]
 GSPLIT_FASTER = {"M16-N2048-K2048-g128-s0", "M16-N2048-K8192-g128-s0", "M16-N6144-K2048-g128-s0",
                  "M16-N8192-K2048-g128-s0"}
-
-
-def _measured(runs, folder):
-    return {k: v for m in ("production", "swiglu")
-            for k, v in runs(folder, f"{m}.json")["ab_confirm"]["rows"].items()
-            if v.get("source") != "projected"}
 
 
 @pytest.mark.parametrize("folder", sorted(JOBS))
@@ -55,7 +49,7 @@ def test_every_ab_bench_timed_the_fourteen_fused_rows_it_was_not_asked_for(runs)
     native_int4 pair row was in its row file (fixed by bench_rows.follow_native, 4a92d54)."""
     for folder in FOREIGN:
         assert not any(k.startswith("swiglu_pair") and "|native_int4" in k
-                       for k in _measured(runs, folder))
+                       for k in ab_measured(runs, folder))
         benches = glob.glob(str(runs.top / folder / "ab/production+swiglu/runs/round*/*/*/sm90"))
         assert len(benches) == 9
         for bench in benches:
@@ -74,7 +68,7 @@ def test_every_ab_bench_timed_the_fourteen_fused_rows_it_was_not_asked_for(runs)
     assert round(swiglu) == 47
     seconds = [runs(f, "job.json")["seconds"]["A/B"] for f in FOREIGN]
     assert [round(s) for s in seconds] == [65, 64]
-    assert [len(_measured(runs, f)) for f in FOREIGN] == [11, 9]
+    assert [len(ab_measured(runs, f)) for f in FOREIGN] == [11, 9]
 
 
 def test_the_foreign_job_against_the_same_model_job_warm(runs):
@@ -91,10 +85,10 @@ def test_the_direction_rule_kept_a_plus_four_and_a_half_percent_from_failing(run
     A/B, every round, with the baseline commit's bench measuring that row alone: SAME
     (contradicted: the screen sent it as faster). The fresh job read it +0.1%."""
     key = "M64-N2048-K8192-gK-s0|fp16_cache|graph"
-    warm = _measured(runs, FOREIGN[1])[key]
+    warm = ab_measured(runs, FOREIGN[1])[key]
     assert warm["verdict"] == "SAME" and warm["source"] == "contradicted"
     assert round(warm["change"], 3) == 0.045
-    fresh = _measured(runs, FOREIGN[0])[key]
+    fresh = ab_measured(runs, FOREIGN[0])[key]
     assert fresh["verdict"] == "SAME" and abs(fresh["change"]) < 0.002
     bench = runs.top / FOREIGN[1] / "ab/production+swiglu/runs/round1/A@f33d13cd33f1"
     one = pd.read_csv(glob.glob(f"{bench}/*/sm90/production.csv")[0])
