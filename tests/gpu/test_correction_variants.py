@@ -31,7 +31,6 @@ from harness.studies.correction_study import correction_ulps
 pytestmark = pytest.mark.gpu
 
 PARITY = MATRICES.cases("parity")
-#: every correction but the seed's two_kernel (addmm included: its own route, no flags)
 EXT_CORRECTIONS = [v for v in cv.CORRECTIONS if v != "two_kernel"]
 TILED = ("side_stream", "fused", "fused_pdl")
 #: Variants whose correction runs alone (``correction_variant``) and takes the planted flags.
@@ -306,10 +305,9 @@ def test_planted_defects_fail_under_every_variant(variant, mm, cuda_device):
     case, A, w, prepared, ref = mm[[c.id for c in _cases("mm_asym")][-1]]
     marlin = _marlin_only(prepared, A, cuda_device)
     corr = _corr(A, prepared)
-    if cv.ext_id(variant) is not None:  # the flags act on the CUDA correction (not addmm's)
-        fp16_accum = MarlinAsymPath(variant=variant, correction_flags=1)  # flag bit 0, planted
-        out = _run(variant, prepared, A, cuda_device, fp16_accum)
-        assert float(correction_ulps(out, marlin, corr).max()) > 2.0
+    fp16_accum = MarlinAsymPath(variant=variant, correction_flags=1)     # flag bit 0, planted
+    out = _run(variant, prepared, A, cuda_device, fp16_accum)
+    assert float(correction_ulps(out, marlin, corr).max()) > 2.0
     for planted in (WrongSignDeltaPath(variant=variant), CorrectionTwicePath(variant=variant)):
         out = _run(variant, planted.prepare(w, cuda_device), A, cuda_device, planted)
         acc = accuracy_stats(out, ref)

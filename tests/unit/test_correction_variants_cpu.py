@@ -34,7 +34,7 @@ def test_ext_ids_are_positions_in_ext_variants():
             assert cv.EXT_VARIANTS[v.ext_id] == name
     assert {n for n, v in cv.VARIANTS.items() if v.ext_id is not None} == set(cv.EXT_VARIANTS)
     assert cv.CORRECTIONS == ("two_kernel", "two_kernel_lean", "graph", "side_stream", "fused",
-                              "fused_pdl", "stream", "wide", "gsplit", "addmm")
+                              "fused_pdl", "stream", "wide", "gsplit")
     assert cv.STUDIED[0] == "marlin_only" and set(cv.FLOORS) == {"empty", "empty_pdl", "rmw"}
 
 

@@ -16,9 +16,9 @@ Extension point: a new variant is one id in ``CorrectionVariant`` (harness_kerne
 its name in ``correction_variant_name`` and a branch in ``run_marlin_asym_variant``
 (correction_variants.cu), one ``Variant`` entry in ``VARIANTS`` here, and a row in the
 study (``harness.studies.correction_study`` measures every entry of ``STUDIED``). A variant
-built from torch calls instead (``addmm``: ``ext_id`` None) is its ``Variant`` entry, its
-module beside this one and a branch in ``MarlinAsymPath.run_variant`` and
-``marlin_mm_asymmetric`` (``harness.kernels.marlin.asym``).
+built from torch calls instead (``ext_id`` None; the ``addmm`` probe was one, in git at
+890e885) is its ``Variant`` entry, its module beside this one and a branch in
+``MarlinAsymPath.run_variant`` and ``marlin_mm_asymmetric`` (``harness.kernels.marlin.asym``).
 
 Selection: ``MarlinAsymPath(variant=...)``, else ``$HARNESS_CORRECTION_VARIANT``, else
 ``DEFAULT_VARIANT``. ``auto`` picks per call from ``AUTO_BY_CLASS`` by the shape class of
@@ -98,11 +98,6 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "added in order in shared memory after one barrier, C in 16-byte vectors (issue "
             "41: the accumulation kernels before it walked the groups in a chain of loads); "
             "wide's accumulation elsewhere (stream's decode kernel at M = 1)"),
-    Variant("addmm", None, "correction",
-            "Marlin alone, then the group sums in float32 (torch), split with delta into fp16 "
-            "halves, and one cuBLAS C.addmm_ of inner size 3G (beta 1, float32 accumulation, "
-            "C read and rounded once): the rank-G update on tensor cores, a probe for large M "
-            "(issue 41; harness/kernels/marlin/addmm.py)"),
     Variant("marlin_only", 0, "baseline",
             "Marlin alone (no zeroing, no correction): the overhead baseline"),
     Variant("empty", 6, "floor",
@@ -116,7 +111,7 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("auto", None, "auto", "per call, the variant AUTO_BY_CLASS names for M's shape class"),
 )}
 
-#: name -> extension id (None: two_kernel's or addmm's own route) for every concrete variant.
+#: name -> extension id (None: two_kernel's own route) for every concrete variant.
 EXT_IDS: dict[str, int | None] = {n: v.ext_id for n, v in VARIANTS.items() if v.kind != "auto"}
 
 #: Real corrections, in the order the study measures them.
@@ -223,7 +218,7 @@ def describe(name: str) -> str:
 
 
 def ext_id(name: str) -> int | None:
-    """The extension id of a concrete variant (None for ``two_kernel`` and ``addmm``)."""
+    """The extension id of a concrete variant (None for ``two_kernel``)."""
     v = VARIANTS[check_variant_name(name)]
     if v.kind == "auto":
         raise CorrectionVariantError(
