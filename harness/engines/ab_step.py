@@ -50,6 +50,7 @@ from pathlib import Path
 from ..config import Settings
 from ..errors import EXPECTED_ERRORS, one_line
 from ..results.schema import Key, ResultRow
+from .ab_legs import a_part, selection
 from .ab_pending import (  # noqa: F401  (Pending, row_commit: re-exported for the tests)
     Pending,
     commit_groups,
@@ -60,7 +61,7 @@ from .ab_pending import (  # noqa: F401  (Pending, row_commit: re-exported for t
 )
 from .ab_plugins import current_side_plugins, dirty, run_plugins
 from .bench_runner import bench_timeline
-from .compare import a_part, compare, selection
+from .compare import compare
 from .pipeline import DeferredEcho, HeldRunner
 from .prestart import Prestarted, broad_selection, can_prestart, start_round0
 from .projection_step import FactorBenches, factor_bench_settings, project, sample_plan

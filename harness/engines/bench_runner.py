@@ -351,6 +351,8 @@ class _Mapped:
             self.reap = runner.reap
         if hasattr(runner, "prestart"):       # a bench started before its rows are known
             self.prestart = lambda req: runner.prestart(fn(req))
+        if hasattr(runner, "fill"):           # and the rows it is given later
+            self.fill = runner.fill
 
     def __call__(self, req: BenchRequest) -> None:
         self.runner(self.fn(req))

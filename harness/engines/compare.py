@@ -1,8 +1,10 @@
 """The A/B engine behind ``harness compare`` and ``harness job``'s confirmation: two sides
 (a stored run, or a revision measured here in a git worktree), interleaved rounds of their
 benches pipelined by ``bench_runner``, margins from the rounds' own spread, extra rounds
-for the rows they leave undecided, then one gate of B against A (the command's module
-docstring, ``harness.commands.compare``, says it in full).
+for the rows they leave undecided (their first benches started during the last round, in
+its shadows' places, and given their rows when it is judged: ``pipeline.HeldBenches``),
+then one gate of B against A (the command's module docstring, ``harness.commands.compare``,
+says it in full). Which bench each leg runs: ``ab_legs``.
 
 Extension point: ``runner`` (a ``revisions.BenchRunner``) measures one revision's bench.
 """
@@ -31,11 +33,21 @@ from ..reports.comparison import (
 )
 from ..reports.gate import stored_remeasure
 from ..reports.gate_record import stored_partial
-from ..reports.verdicts import GateResult, RowVerdict
+from ..reports.verdicts import GateResult
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run
-from .bench_runner import bench_paths, bench_rows
-from .pipeline import run_pipelined
+from .ab_legs import (  # noqa: F401  (APart, a_part: re-exported)
+    APart,
+    Leg,
+    Side,
+    a_folders,
+    a_part,
+    leg_request,
+    matrices_of,
+    selection,
+)
+from .bench_runner import bench_rows
+from .pipeline import HeldBenches, can_hold, run_pipelined
 from .revisions import (  # noqa: F401  (BenchRequest, bench_command, GitMissing: re-exported)
     BenchRequest,
     BenchRunner,
@@ -46,44 +58,6 @@ from .revisions import (  # noqa: F401  (BenchRequest, bench_command, GitMissing
     subprocess_runner,
     worktrees,
 )
-
-
-@dataclass(frozen=True)
-class Side:
-    spec: str
-    label: str
-    revision: str = ""          # set when measured here
-    run: Run | None = None      # set when read from disk
-
-
-@dataclass(frozen=True)
-class APart:
-    """A share of side A measured at a commit of its own, for its own rows: a baseline
-    whose rows come from several commits (``harness baseline accept --only-faster``) is
-    A/B'd in one compare, each commit's bench measuring that commit's rows in every
-    round, the B side measuring all of them (``harness job``'s A/B). ``filter``,
-    ``paths``, ``modes`` and ``rows`` select as ``compare``'s own do; ``keys`` are the
-    rows' keys (an undecided row's extra rounds go to the part that holds it);
-    ``matrices`` the matrices they come from ("": the compare's)."""
-
-    revision: str
-    keys: frozenset
-    filter: str | None = None
-    paths: tuple[str, ...] = ()
-    modes: tuple[str, ...] = ()
-    rows: tuple[tuple[str, str], ...] = ()
-    matrices: str = ""
-
-
-@dataclass(frozen=True)
-class _Leg:
-    """One bench per round: a side (or a part of side A) at its revision, in its tree."""
-
-    label: str
-    side: Side
-    tree: Path
-    folder: str
-    part: APart | None = None
 
 
 @dataclass(frozen=True)
@@ -163,29 +137,32 @@ def compare(
     rounds_of: dict[str, list[list[ResultRow]]] = {"A": [], "B": []}
     firsts: dict[str, Run] = {}       # a measured side's first round: its environment and settings
 
-    def measure(legs: Sequence[_Leg], rounds_: Sequence[int], sub,
-                pick) -> list[tuple[str, _Leg, Run]]:
+    def measure(legs: Sequence[Leg], rounds_: Sequence[int], sub, pick,
+                tail: Sequence[int] = ()) -> list[tuple[str, Leg, Run]]:
         """Interleaved rounds (A B, then B A, ...) of ``legs``, pipelined by
         ``pipeline.run_pipelined`` (the next bench starts up while one measures);
         ``sub(r)`` names a round's folder, ``pick(leg)`` its selection (matrices, filter,
-        paths, modes, plugins, rows; None: the leg has nothing to measure). Returns (round
-        folder, leg, run) of every bench, in measuring order."""
-        jobs = []
-        for r in rounds_:
-            for leg in (legs if r % 2 == 0 else legs[::-1]):
-                sel = pick(leg)
-                if sel is not None:
-                    jobs.append((sub(r), leg, BenchRequest(
-                        leg.label, leg.side.revision, leg.tree,
-                        bench_dir(work_dir, sub(r), leg.folder), sel[0], r, *sel[1:])))
-        for *_, req in jobs:
-            if req.out_dir.exists():
+        paths, modes, plugins, rows; None: the leg has nothing to measure). ``tail``: the
+        rounds whose first benches start, without rows, in the last ones' shadows and are
+        held for the extra rounds (``held``). Returns (round folder, leg, run) of every
+        bench, in measuring order."""
+        def order(r):
+            return legs if r % 2 == 0 else legs[::-1]
+        jobs = [(sub(r), leg, leg_request(work_dir, sub(r), r, leg, sel))
+                for r in rounds_ for leg in order(r) if (sel := pick(leg)) is not None]
+        late = [leg_request(work_dir, sub(r), r, leg, (*leg.selection()[:5], ()), late=True)
+                for r in tail for leg in order(r)]
+        if held is not None:
+            held.keep_only(req for *_, req in jobs)
+        for req in [req for *_, req in jobs] + late:
+            if req.out_dir.exists() and not (held is not None and held.holds(req)):
                 shutil.rmtree(req.out_dir)
         run_pipelined(
-            runner, [req for *_, req in jobs],
+            held or runner, [req for *_, req in jobs],
             on_start=lambda i: echo(f"compare: round {jobs[i][0]}, {jobs[i][1].folder} = "
                                     f"{jobs[i][1].side.label}"),
-            on_done=lambda i: progress.update(1) if progress is not None else None)
+            on_done=lambda i: progress.update(1) if progress is not None else None,
+            tail=late if held is not None else (), keep=held.hold if held is not None else None)
         got = []
         for name, leg, req in jobs:
             try:
@@ -207,7 +184,11 @@ def compare(
 
     progress = None
     with contextlib.ExitStack() as stack:
-        legs: list[_Leg] = []
+        legs: list[Leg] = []
+        both = bool(a.revision and b.revision)
+        # the extra rounds' first benches start in the last round's shadows (``tail``)
+        held = HeldBenches(runner) if both and settings.ab_extra_rounds and can_hold(runner) \
+            else None
         if measured:
             shas = [s.revision for s in measured]
             parts = [replace(p, revision=resolve_revision(repo, p.revision)) for p in a_parts]
@@ -218,17 +199,19 @@ def compare(
                 tmp = Path(stack.enter_context(
                     tempfile.TemporaryDirectory(prefix="harness-compare-")))
                 trees = stack.enter_context(worktrees(repo.resolve(), wanted, tmp))
+            if held is not None:          # its benches go before their worktrees do
+                stack.callback(held.close)
+            whole = (matrix, filter, tuple(paths), tuple(modes), (), tuple(rows))
             if parts:
                 folders = a_folders([p.revision for p in parts])
-                legs = [_Leg("A", replace(a, label=a.label if i == 0 else p.revision[:12],
-                                          revision=p.revision),
-                             trees[p.revision], folders[i], p)
+                legs = [Leg("A", replace(a, label=a.label if i == 0 else p.revision[:12],
+                                         revision=p.revision),
+                            trees[p.revision], folders[i], p, whole)
                         for i, p in enumerate(parts)]
             elif a.revision:
-                legs = [_Leg("A", a, trees[a.revision], a_folders([])[0])]
+                legs = [Leg("A", a, trees[a.revision], a_folders([])[0], None, whole)]
             if b.revision:
-                legs.append(_Leg("B", b, trees[b.revision], "B"))
-            whole = (matrix, filter, tuple(paths), tuple(modes), (), tuple(rows))
+                legs.append(Leg("B", b, trees[b.revision], "B", None, whole))
             # one bench per leg per round: a bar with the ETA of the rounds left
             first = 1 if seeds else 0       # round 0 of a seeded compare is its seeds
             progress = stack.enter_context(tqdm(total=(rounds - first) * len(legs),
@@ -236,10 +219,8 @@ def compare(
                                                 dynamic_ncols=True))
             for label, seed in seeds.items():
                 rounds_of[label].append(list(seed))
-            got = measure(legs, range(first, rounds), lambda r: f"round{r}", lambda leg: (
-                (leg.part.matrices or matrix, leg.part.filter, leg.part.paths,
-                 leg.part.modes, (), leg.part.rows)
-                if leg.part else whole))
+            got = measure(legs, range(first, rounds), lambda r: f"round{r}",
+                          lambda leg: leg.selection(), tail=(rounds, rounds + 1))
             for _, leg, run in got:
                 firsts.setdefault(leg.label, run)
             for label, side_rounds in by_round(got).items():
@@ -254,7 +235,6 @@ def compare(
         b_rows = pool_rows(rounds_of["B"]) if b.revision else list(b.run.rows)
         run_a = a.run if a.run is not None else firsts["A"]
         run_b = b.run if b.run is not None else firsts["B"]
-        both = bool(a.revision and b.revision)
         extended: dict[Key, int] = {}
 
         def extend(keys: list[Key], n: int, why: str) -> None:
@@ -265,11 +245,10 @@ def compare(
             wanted, more = set(keys), range(done, done + n)
             echo(f"compare: {len(keys)} {why}: {n} more round(s) of those rows")
 
-            def pick(leg: _Leg):
+            def pick(leg: Leg):           # the leg's own selection, of these rows only
                 mine = wanted & leg.part.keys if leg.part else wanted
-                chosen = [r for r in b_rows if r.key in mine]
-                return (matrices_of(matrix, chosen), *selection(chosen, b_rows)) \
-                    if mine else None
+                rows_ = bench_rows(r.key for r in b_rows if r.key in mine)
+                return (*leg.selection()[:5], rows_) if mine else None
             got = measure(legs, more, lambda r: f"round{r}", pick)
             for label, side_rounds in by_round(got, lambda r: r.key in wanted).items():
                 rounds_of[label].extend(side_rounds)
@@ -342,46 +321,3 @@ def _rounds_text(extended: Mapping[Key, int]) -> str:
     return str(lo) if lo == hi else f"{lo}-{hi}"
 
 
-def a_folders(revisions: Sequence[str]) -> list[str]:
-    """The folders of side A's benches in each round: ``A@<sha12>`` per part where A is
-    measured in parts (``APart``), else ``A``."""
-    return [f"A@{sha[:12]}" for sha in revisions] if revisions else ["A"]
-
-
-def bench_dir(work_dir: Path, round_name: str, folder: str) -> Path:
-    """Where a compare's bench of one round and leg writes its results."""
-    return work_dir / "runs" / round_name / folder
-
-
-def matrices_of(matrix: str, rows: Sequence[ResultRow]) -> str:
-    """The matrices of ``matrix`` (comma-separated, as the bench takes them) that ``rows``
-    come from: a bench of some rows measures only their matrices (``harness bench``
-    refuses a ``--filter`` that selects no case of a matrix it is given: n3 of
-    2026-12-06, the extra rounds of production rows in a production+swiglu A/B). A row
-    of a matrix not named (a caller's own name) keeps ``matrix`` whole."""
-    names = [m for m in matrix.split(",") if m]
-    mine = {r.matrix for r in rows}
-    kept = [m for m in names if m in mine]
-    return ",".join(kept) if kept and mine <= set(names) else matrix
-
-
-def selection(rows: Sequence[ResultRow], universe: Sequence[ResultRow]) -> tuple:
-    """A bench's selection of exactly ``rows`` (``universe``: the rows their cases come
-    from): (filter, paths, modes, plugins, rows), ``BenchRequest``'s fields in order."""
-    return (case_filter(rows, universe), tuple(bench_paths({r.path for r in rows})),
-            tuple(sorted({r.mode for r in rows})), (), bench_rows(r.key for r in rows))
-
-
-def a_part(sha: str, rows: list[RowVerdict], universe: list, matrices: list[str],
-           broad: tuple | None = None) -> APart:
-    """The A side's part at ``sha``: exactly ``rows`` (their baseline rows' commit), on
-    the matrices they come from; with ``broad`` ((matrices, paths, modes): the foreign
-    A/B's one selection, ``prestart``) those paths and modes on every case of the
-    compare's matrices, the rows still exactly ``rows``."""
-    current = [v.current for v in rows]
-    if broad:
-        return APart(sha, frozenset(v.key for v in rows), None, broad[1], broad[2],
-                     bench_rows(v.key for v in rows), "")
-    filt, paths, modes, _, only = selection(current, universe)
-    return APart(sha, frozenset(v.key for v in rows), filt, paths, modes, only,
-                 matrices_of(",".join(matrices), current))

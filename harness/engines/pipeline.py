@@ -8,16 +8,22 @@ last request (started, never released), so every bench measures beside starting
 processes. ``Pipeline`` does the same in two steps (``prime``, then ``run``), so a caller
 can work while the first benches start up. A runner with ``reap()`` has it called at the
 end: benches it let go on at their exit (their results written) are waited for there.
-``HeldRunner`` lets benches start before the caller allows them to measure.
+``HeldRunner`` lets benches start before the caller allows them to measure. A pipeline
+given a ``tail`` (requests started ``late``, without rows) starts those in the shadows'
+places and hands them over at its end (``keep``): ``HeldBenches`` gives each one later
+request that fits it, so the next pipeline's first benches are already started (the A/B's
+extra rounds, which wait for the rounds before them to know their rows).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from ..errors import CompareError
 from .bench_runner import BenchRequest
@@ -60,19 +66,34 @@ class Pipeline:
     (priming first if not yet done). Between the two the caller may do other work (the
     job's perplexity step while the machine factor's benches start up). ``abort()`` (or
     leaving a ``with`` block) kills the benches still held; a plain callable runner is
-    run one request after another by ``run()`` and primes nothing."""
+    run one request after another by ``run()`` and primes nothing.
+    ``tail``: ``late`` requests started instead of the first shadows; those a finished
+    ``run()`` still holds go to ``keep(request, handle)`` instead of being killed."""
 
-    def __init__(self, runner, reqs: Sequence[BenchRequest], ahead: int | None = None) -> None:
+    def __init__(self, runner, reqs: Sequence[BenchRequest], ahead: int | None = None,
+                 tail: Sequence[BenchRequest] = (),
+                 keep: Callable[[BenchRequest, object], object] | None = None) -> None:
         self.runner, self.reqs = runner, list(reqs)
         self.ahead = max(1, ahead_for(self.reqs) if ahead is None else ahead)
         self.held: deque = deque()
         self.primed = False
+        if tail and keep is None:
+            raise CompareError("a pipeline's tail needs a keep() to hand its benches to")
+        self.tail, self.keep = list(tail), keep
+        self.tails: dict[int, BenchRequest] = {}     # id(handle) -> its tail request
 
     def _begin(self, j: int):
-        # past the last request: shadows of it, stopped at their gates, so the last benches
-        # too measure beside starting processes, as every other bench of both sides does
-        reqs = self.reqs
-        return self.runner.start(reqs[j] if j < len(reqs) else shadow(reqs[-1], j - len(reqs)))
+        # past the last request: the tail's late benches, then shadows of the last, stopped
+        # at their gates, so the last benches too measure beside starting processes, as
+        # every other bench of both sides does
+        reqs, k = self.reqs, j - len(self.reqs)
+        if k < 0:
+            return self.runner.start(reqs[j])
+        if k < len(self.tail):
+            handle = self.runner.start(self.tail[k])
+            self.tails[id(handle)] = self.tail[k]
+            return handle
+        return self.runner.start(shadow(reqs[-1], k - len(self.tail)))
 
     def prime(self) -> Pipeline:
         if not self.primed and self.reqs and hasattr(self.runner, "start"):
@@ -107,10 +128,18 @@ class Pipeline:
                 self.held.append(self._begin(i + self.ahead))
                 runner.finish(cur)
                 on_done(i)
+            self._hand_over()
         finally:                                  # done, or failed: the held ones go
             self.abort()
             if hasattr(runner, "reap"):           # and the ones still exiting are waited for
                 runner.reap()
+
+    def _hand_over(self) -> None:
+        """The tail's benches still held go to ``keep`` (the shadows stay, to be killed)."""
+        kept = [h for h in self.held if id(h) in self.tails]
+        self.held = deque(h for h in self.held if id(h) not in self.tails)
+        for handle in kept:
+            self.keep(self.tails.pop(id(handle)), handle)
 
     def abort(self) -> None:
         while self.held:
@@ -126,13 +155,87 @@ class Pipeline:
 def run_pipelined(runner, reqs: Sequence[BenchRequest],
                   on_start: Callable[[int], object] = lambda i: None,
                   on_done: Callable[[int], object] = lambda i: None,
-                  ahead: int | None = None) -> None:
+                  ahead: int | None = None, tail: Sequence[BenchRequest] = (),
+                  keep: Callable[[BenchRequest, object], object] | None = None) -> None:
     """Run ``reqs`` in order, one measuring at a time; with a pipelining runner the next
     ``ahead`` benches (None: ``ahead_for(reqs)``) are started (and held at their gates)
     while the current one measures. ``on_start(i)`` runs when request i may start
     measuring, ``on_done(i)`` when it is done. A failure kills the benches held at their
-    gates and propagates."""
-    Pipeline(runner, reqs, ahead).run(on_start, on_done)
+    gates and propagates. ``tail`` and ``keep``: ``Pipeline``'s."""
+    Pipeline(runner, reqs, ahead, tail, keep).run(on_start, on_done)
+
+
+def fit_key(req: BenchRequest) -> BenchRequest:
+    """What must be equal for a bench started ``late`` to serve ``req``: everything but
+    its rows and its worktree (a path of the same commit)."""
+    return replace(req, rows=(), late=False, worktree=Path(),
+                   out_dir=Path(req.out_dir).resolve())
+
+
+def can_hold(runner) -> bool:
+    """Whether ``runner`` can start a bench before its rows are known and give them later."""
+    return all(hasattr(runner, name) for name in ("start", "release", "finish", "abort",
+                                                  "fill"))
+
+
+class HeldBenches:
+    """A pipelining ``runner`` (``can_hold``) with benches started ahead of their requests.
+    ``hold(req, handle)`` keeps a bench started ``late`` for ``req``; ``start`` gives a
+    request that differs from a held one only in its rows (and worktree) that bench, its
+    rows filled in (``fill``), and starts any other. ``keep_only`` kills the held benches
+    no given request fits; ``close`` (or leaving a ``with`` block) kills the rest. The
+    runner's ``release`` / ``finish`` / ``abort`` / ``fill`` / ``reap`` pass through.
+
+    Extension point: the wrapped runner (``bench_runner.SubprocessRunner``, or a test's)."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.held: dict[BenchRequest, list] = {}
+        self.taken = 0
+        self.release, self.finish, self.abort = runner.release, runner.finish, runner.abort
+        self.fill = runner.fill
+
+    def hold(self, req: BenchRequest, handle) -> None:
+        self.held.setdefault(fit_key(req), []).append(handle)
+
+    def holds(self, req: BenchRequest) -> bool:
+        return bool(self.held.get(fit_key(req)))
+
+    def start(self, req: BenchRequest):
+        waiting = self.held.get(fit_key(req))
+        if not waiting:
+            return self.runner.start(req)
+        handle = waiting.pop(0)
+        self.runner.fill(handle, req.rows)
+        self.taken += 1
+        return handle
+
+    def __call__(self, req: BenchRequest) -> None:
+        self.runner(req)
+
+    def reap(self) -> None:
+        if hasattr(self.runner, "reap"):
+            self.runner.reap()
+
+    def keep_only(self, reqs: Iterable[BenchRequest]) -> None:
+        """Kill the held benches that none of ``reqs`` (as many as fit) will take."""
+        wanted: dict[BenchRequest, int] = {}
+        for req in reqs:
+            wanted[fit_key(req)] = wanted.get(fit_key(req), 0) + 1
+        for k, handles in self.held.items():
+            while len(handles) > wanted.get(k, 0):
+                with contextlib.suppress(Exception):
+                    self.runner.abort(handles.pop())
+
+    def close(self) -> None:
+        self.keep_only(())
+        self.held.clear()
+
+    def __enter__(self) -> HeldBenches:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def shadow(req: BenchRequest, k: int = 0) -> BenchRequest:
@@ -160,6 +263,8 @@ class HeldRunner:
             self.release = self._release
         if hasattr(runner, "reap"):
             self.reap = runner.reap
+        if hasattr(runner, "fill"):           # rows given to a bench started late
+            self.fill = runner.fill
 
     def __call__(self, req: BenchRequest) -> None:
         self._wait()

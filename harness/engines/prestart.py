@@ -12,7 +12,8 @@ beside 4 s for a same-model job, whose A/B starts up during its perplexity step.
 process starts up and waits at its gate. When a request arrives at ``start`` that differs
 from a held one only in its rows (and its worktree: a held bench runs in a worktree of the
 same commit that this object keeps until ``close``), the held bench is given those rows
-(``fill``) and handed over; any other request starts as usual. Its worktrees
+(``fill``) and handed over; any other request starts as usual (``pipeline.HeldBenches``,
+which the A/B's extra rounds use the same way). Its worktrees
 (``trees.made``) serve the A/B's compare too (``compare``'s ``worktree_of``). A bench started
 too early measures what it would have measured: only the rows its file names
 (``bench_rows.py``), with the selection (matrices, paths, modes, no case filter) that
@@ -32,83 +33,49 @@ Extension point: the wrapped ``runner``, which needs ``start``, ``release``, ``f
 
 from __future__ import annotations
 
-import contextlib
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from ..reports.verdicts import RowVerdict
+from .ab_legs import a_folders, bench_dir
 from .ab_plugins import current_side_plugins
 from .bench_runner import BenchRequest, bench_paths
-from .compare import a_folders, bench_dir
+from .pipeline import HeldBenches, can_hold
 from .revisions import WorktreePool, resolve_revision
-
-
-def key(req: BenchRequest) -> BenchRequest:
-    """What must be equal for a held bench to serve ``req``: everything but its rows and
-    its worktree (a path of the same commit)."""
-    return replace(req, rows=(), late=False, worktree=Path(),
-                   out_dir=Path(req.out_dir).resolve())
 
 
 def can_prestart(runner) -> bool:
     """Whether ``runner`` can hold a bench before its rows are known."""
-    return all(hasattr(runner, name) for name in ("start", "release", "finish", "abort",
-                                                  "fill"))
+    return can_hold(runner)
 
 
-class Prestarted:
-    """``runner`` with benches started ahead of their requests (see the module docstring).
-    A context manager: leaving it (or ``close()``) kills the held benches that were never
-    asked for, waits for the ones still exiting and removes its worktrees."""
+class Prestarted(HeldBenches):
+    """``runner`` with benches started ahead of their requests (see the module docstring;
+    the handing over is ``pipeline.HeldBenches``'). A context manager: leaving it (or
+    ``close()``) kills the held benches that were never asked for, waits for the ones
+    still exiting and removes its worktrees."""
 
     def __init__(self, runner, repo: Path) -> None:
-        self.runner = runner
-        self.held: dict[BenchRequest, list] = {}
+        super().__init__(runner)
         self.tmp = tempfile.TemporaryDirectory(prefix="harness-prestart-")
         self.trees = WorktreePool(repo.resolve(), Path(self.tmp.name))
-        self.taken = 0
-        self.release, self.finish, self.abort = runner.release, runner.finish, runner.abort
 
     def prestart(self, req: BenchRequest) -> None:
         """Start a bench of ``req`` (its rows ignored) in a worktree of its revision; it
         waits at its gate for ``start`` to hand it over."""
         tree = self.trees.add(req.revision)
-        handle = self.runner.start(replace(req, rows=(), late=True, worktree=tree))
-        self.held.setdefault(key(req), []).append(handle)
-
-    def start(self, req: BenchRequest):
-        waiting = self.held.get(key(req))
-        if not waiting:
-            return self.runner.start(req)
-        handle = waiting.pop(0)
-        self.runner.fill(handle, req.rows)
-        self.taken += 1
-        return handle
-
-    def __call__(self, req: BenchRequest) -> None:
-        self.runner(req)
-
-    def reap(self) -> None:
-        if hasattr(self.runner, "reap"):
-            self.runner.reap()
+        self.hold(req, self.runner.start(replace(req, rows=(), late=True, worktree=tree)))
 
     def close(self) -> None:
-        for handles in self.held.values():
-            for handle in handles:
-                with contextlib.suppress(Exception):
-                    self.runner.abort(handle)
-        self.held.clear()
+        super().close()
         self.reap()
         self.trees.__exit__(None, None, None)
         self.tmp.cleanup()
 
     def __enter__(self) -> Prestarted:
         return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def broad_selection(plan: Mapping[str, Sequence[tuple[str, RowVerdict]]]) -> tuple:

@@ -25,8 +25,9 @@ from scipy import stats as sps
 from speed_repos import git, speed_repo
 
 from harness.config import load_settings
+from harness.engines.ab_legs import matrices_of
 from harness.engines.bench_runner import BenchRequest
-from harness.engines.compare import compare, matrices_of
+from harness.engines.compare import compare
 from harness.errors import CompareError
 from harness.reports.stats import mean_difference_margins, mean_difference_se
 from harness.reports.synthetic import make_rows, resample
@@ -229,19 +230,25 @@ def test_a_row_still_at_the_line_after_seven_rounds_gets_more_with_ab_line_round
     assert any("undecided row(s) measured in 11 rounds" in n for n in out.result.notes)
 
 
-def test_the_extra_rounds_bench_only_the_matrices_of_their_rows(repo, tmp_path):
-    """A compare of two matrices whose undecided rows are all of one: the extra rounds'
-    benches name that matrix only (``harness bench`` refuses a filter that selects no case
-    of a matrix it is given: n3 of 2026-12-06, whose production-only extra rounds in a
-    production+swiglu A/B exited 2 and left the regression's rows unjudged)."""
+def test_the_extra_rounds_run_the_first_rounds_selection_on_their_rows(repo, tmp_path):
+    """A compare of two matrices whose undecided rows are all of one: each extra round's
+    bench runs the command its leg ran in the first rounds (both matrices, the same case
+    filter, paths and modes), restricted to the undecided rows by its row file. A bench
+    named by its rows' own filter could name a matrix that filter selects no case of
+    (n3 of 2026-12-06: exit 2, the regression's rows unjudged); a command the first rounds
+    ran cannot, and it can be started before the rows are known."""
     _head(repo, "1.05")
     fake = NoisyBench()
     out = compare("HEAD~1", "HEAD", S, work_dir=tmp_path / "cmp", repo=repo,
                   matrix="synthetic,other", rounds=3, runner=fake, confirm=False,
                   echo=lambda s: None)
     assert out.extended == {NOISY: 7}
-    assert {c.matrix for c in fake.calls[:6]} == {"synthetic,other"}
-    assert {c.matrix for c in fake.calls[6:]} == {"synthetic"}
+
+    def command(c):
+        return c.label, c.matrix, c.filter, c.paths, c.modes, c.plugins
+    assert {command(c) for c in fake.calls[6:]} == {command(c) for c in fake.calls[:6]}
+    assert {c.matrix for c in fake.calls} == {"synthetic,other"}
+    assert {c.rows for c in fake.calls[6:]} == {((NOISY[0], NOISY[1]),)}
     rows = [r for r in BASE if r.key == NOISY]
     assert matrices_of("other,synthetic", rows) == "synthetic"
     assert matrices_of("production", rows) == "production"     # not among them: all kept
@@ -308,7 +315,7 @@ def test_a_side_in_parts_gets_its_extra_rounds_where_the_undecided_row_is(repo, 
     """A baseline of two commits (``compare.APart``): each part measures its own rows every
     round, B all of them; the noisy row's 5% slowdown, left undecided by three rounds,
     gets its extra rounds from its own part and B only, and is confirmed."""
-    from harness.engines.compare import APart
+    from harness.engines.ab_legs import APart
     base = git(repo, "rev-parse", "HEAD")
     mid = git(repo, "commit-tree", f"{base}^{{tree}}", "-p", base, "-m", "mid")
     _head(repo, "1.05")
@@ -365,3 +372,89 @@ def test_a_seeded_compare_counts_its_seeds_as_round_0_of_each_side(repo, tmp_pat
             compare("HEAD~1", "HEAD", S, work_dir=tmp_path / "bad", repo=repo,
                     matrix="synthetic", rounds=3, runner=fake, confirm=False,
                     echo=lambda s: None, seeds=bad)
+
+
+class _Handle:
+    """A started bench of ``NoisyHeld``: its request, rows filled in later if it was late."""
+
+    def __init__(self, req: BenchRequest) -> None:
+        self.req = req
+
+
+class NoisyHeld(NoisyBench):
+    """``NoisyBench`` as a pipelining runner that can start a bench before its rows are
+    known (``start`` / ``release`` / ``finish`` / ``abort`` / ``fill``, as the subprocess
+    runner has), recording (event, round/leg) in order."""
+
+    def __init__(self, offsets=None):
+        super().__init__(offsets)
+        self.events: list[tuple[str, str]] = []
+
+    def _note(self, event: str, h: _Handle) -> None:
+        self.events.append((event, f"{h.req.out_dir.parent.name}/{h.req.out_dir.name}"))
+
+    def start(self, req):
+        h = _Handle(req)
+        self._note("start", h)
+        return h
+
+    def fill(self, h, rows):
+        assert h.req.late and not h.req.rows
+        h.req = replace(h.req, rows=tuple(rows), late=False)
+        self._note("fill", h)
+
+    def release(self, h):
+        self._note("release", h)
+
+    def finish(self, h):
+        assert not h.req.late, "a bench measured before it was given its rows"
+        self._note("finish", h)
+        self(h.req)
+
+    def abort(self, h):
+        self._note("abort", h)
+
+
+def test_the_extra_rounds_first_benches_start_in_the_last_rounds_shadows(repo, tmp_path):
+    """The benches the extra rounds open with (round 3: B, then A) start during round 2,
+    in the places the last benches' shadows took, without rows; the undecided row is
+    given to them when round 2 is judged, so the extra rounds wait for no start-up (y1 of
+    2026-12-07, an H100: round 3's B bench waited 4.4 s for its process). The verdicts
+    and every bench's command and rows are those of the runner without it."""
+    _head(repo, "1.05")
+    plain, out_plain, noisy_plain = _compare(repo, tmp_path / "plain")
+    fake = NoisyHeld()
+    out = compare("HEAD~1", "HEAD", S, work_dir=tmp_path / "cmp", repo=repo,
+                  matrix="synthetic", rounds=3, runner=fake, confirm=False,
+                  echo=lambda s: None)
+    noisy = next(v for v in out.result.verdicts if v.key == NOISY)
+    assert out.extended == out_plain.extended == {NOISY: 7}
+    assert (noisy.verdict, noisy.time_change) == (noisy_plain.verdict, noisy_plain.time_change)
+
+    def command(c):
+        return c.label, c.round, c.matrix, c.filter, c.paths, c.modes, c.rows
+    assert [command(c) for c in fake.calls] == [command(c) for c in plain.calls]
+    ev = fake.events
+    last_main = ev.index(("finish", "round2/B"))     # started while round 2 measured
+    assert ev.index(("start", "round3/B")) < last_main
+    assert ev.index(("start", "round3/A")) < last_main
+    assert ("fill", "round3/B") in ev and ("fill", "round3/A") in ev
+    starts = [n for e, n in ev if e == "start"]
+    assert starts.count("round3/B") == starts.count("round3/A") == 1
+    assert not [n for n in starts[:starts.index("round3/B")] if "shadow" in n]
+    # every bench started is measured or killed, once
+    ended = [n for e, n in ev if e in ("finish", "abort")]
+    assert sorted(starts) == sorted(ended)
+
+
+def test_without_an_undecided_row_the_held_benches_are_killed_unused(repo, tmp_path):
+    _head(repo, "1.00")
+    fake = NoisyHeld(offsets={"A": [1.0] * 7, "B": [1.0] * 7})
+    out = compare("HEAD~1", "HEAD", S, work_dir=tmp_path / "cmp", repo=repo,
+                  matrix="synthetic", rounds=3, runner=fake, confirm=False,
+                  echo=lambda s: None)
+    assert out.extended == {} and len(fake.calls) == 6
+    assert ("abort", "round3/B") in fake.events and ("abort", "round3/A") in fake.events
+    assert "fill" not in {e for e, _ in fake.events}
+    starts = [n for e, n in fake.events if e == "start"]
+    assert sorted(starts) == sorted(n for e, n in fake.events if e in ("finish", "abort"))

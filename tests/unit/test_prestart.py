@@ -20,7 +20,8 @@ from harness.cases.matrices import smoke as smoke_matrix
 from harness.engines import bench_rows
 from harness.engines.ab_step import Confirmation
 from harness.engines.bench_runner import BenchRequest, SubprocessRunner
-from harness.engines.prestart import Prestarted, ab_round0, key
+from harness.engines.pipeline import fit_key as key
+from harness.engines.prestart import Prestarted, ab_round0
 from harness.errors import CompareError
 
 ROOT = Path(__file__).resolve().parents[2]
