@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -17,6 +19,10 @@ from harness.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "docs" / "data"
+#: marlin_asym rows faster at 890e885 than the H200 baseline's commit for them (acffbe3,
+#: before gsplit): the five every foreign job since u1 read FASTER
+GSPLIT_FASTER = {"M16-N2048-K2048-g128-s0", "M16-N2048-K8192-g128-s0", "M16-N6144-K2048-g128-s0",
+                 "M16-N8192-K2048-g128-s0", "M256-N2048-K8192-g128-s0"}
 
 
 def archive_fixture(name: str, top: str):
@@ -125,3 +131,10 @@ def check_job(runs: Runs, folder: str, uuid: str, want: tuple[int, int],
     assert env["gpu_uuid"] == uuid and env["gpu_name"] == gpu
     got = runs(folder, "job.json")
     assert (got["exit_code"], round(got["seconds"]["total"])) == want
+
+
+def summary(runs: Runs, folder: str) -> str:
+    """What scripts/acceptance_summary.py prints of one stored run."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "acceptance_summary.py"),
+                           str(runs.top / folder)], capture_output=True, text=True,
+                          check=True).stdout

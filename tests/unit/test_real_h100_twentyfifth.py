@@ -8,62 +8,43 @@ test_real_h100_replay.py replays both jobs' verdicts with `harness report`."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-from pathlib import Path
 
+import device_archives as da
 import pytest
-from device_archives import (
-    ab_measured,
-    archive_fixture,
-    check_every_gated_row_judged,
-    check_job,
-    failing,
-)
 
-runs = archive_fixture("h100-2026-12-07-y.tar.gz", "h100-2026-12-07-y")
+runs = da.archive_fixture("h100-2026-12-07-y.tar.gz", "h100-2026-12-07-y")
 HEAD = "890e885d3286"
 UUID = "163aa591-b34a-24f8-9e66-f7311fb4be3f"
 FOREIGN = f"y1/foreign/{HEAD}/sm90"
 REGRESS = "y1/regressforeign/f9c4e1c79d8e/sm90"
 #: run folder -> (exit code, job seconds)
 JOBS = {FOREIGN: (0, 166), REGRESS: (1, 210)}
-#: marlin_asym rows faster than the baseline's commit (acffbe3, before gsplit): x1's and
-#: u1-u3's five
-GSPLIT_FASTER = {"M16-N2048-K2048-g128-s0", "M16-N2048-K8192-g128-s0", "M16-N6144-K2048-g128-s0",
-                 "M16-N8192-K2048-g128-s0", "M256-N2048-K8192-g128-s0"}
-SUMMARY = Path(__file__).resolve().parents[2] / "scripts" / "acceptance_summary.py"
-
-
-def _summary(runs, folder):
-    return subprocess.run([sys.executable, str(SUMMARY), str(runs.top / folder)],
-                          capture_output=True, text=True, check=True).stdout
 
 
 @pytest.mark.parametrize("folder", sorted(JOBS))
 def test_each_job_its_card_commit_exit_and_time(runs, folder):
-    check_job(runs, folder, UUID, JOBS[folder])
+    da.check_job(runs, folder, UUID, JOBS[folder])
 
 
 def test_the_unchanged_commit_gives_every_gated_row_a_speed_verdict(runs):
     """No gated row TIMING_NOT_COMPARABLE, no false alarm; FASTER only at gsplit's five
     production rows (x1 also read the SwiGLU pair at M16 FASTER; y1 reads it SAME)."""
-    assert check_every_gated_row_judged(runs, FOREIGN) == {
-        f"{cid}|marlin_asym|graph" for cid in GSPLIT_FASTER}
+    assert da.check_every_gated_row_judged(runs, FOREIGN) == {
+        f"{cid}|marlin_asym|graph" for cid in da.GSPLIT_FASTER}
     swiglu = runs(FOREIGN, "swiglu.json")["ab_confirm"]["rows"]
     assert {v["verdict"] for v in swiglu.values()} == {"SAME"}
 
 
 def test_the_regression_fails_fp16_cache_and_nothing_else(runs):
     """fp16_cache's 70 gated rows SLOWER, as on x1, u1 and u2."""
-    assert failing(runs, REGRESS) == {("production", "fp16_cache"): 56,
+    assert da.failing(runs, REGRESS) == {("production", "fp16_cache"): 56,
                                       ("swiglu", "fp16_cache"): 14}
 
 
 @pytest.mark.parametrize("folder, benches, rows", [(FOREIGN, 21, 170), (REGRESS, 21, 626)])
 def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
     assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
-            in _summary(runs, folder))
+            in da.summary(runs, folder))
 
 
 def test_where_the_fresh_foreign_jobs_time_went(runs):
@@ -72,9 +53,9 @@ def test_where_the_fresh_foreign_jobs_time_went(runs):
     rows and no extra round)."""
     secs = runs(FOREIGN, "job.json")["seconds"]
     assert [round(secs[k]) for k in ("machine factor", "A/B")] == [25, 56]
-    assert len(ab_measured(runs, FOREIGN)) == 23
+    assert len(da.ab_measured(runs, FOREIGN)) == 23
     extra = re.findall(r"\|graph SAME [-+][0-9.]+% \(threshold 2\.00%, 7 rounds\)",
-                       _summary(runs, FOREIGN))
+                       da.summary(runs, FOREIGN))
     assert len(extra) == 4
 
 

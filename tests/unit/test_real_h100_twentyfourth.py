@@ -8,18 +8,18 @@ test_real_h100_replay.py replays every job's verdicts with `harness report`."""
 from __future__ import annotations
 
 import glob
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from device_archives import (
+    GSPLIT_FASTER,
     ab_measured,
     archive_fixture,
     check_every_gated_row_judged,
     check_job,
     failing,
+    summary,
 )
 
 runs = archive_fixture("h100-2026-12-06-x.tar.gz", "h100-2026-12-06-x")
@@ -30,15 +30,6 @@ FOREIGN = [f"x1/foreign/{HEAD}/sm90", f"x1/foreign2/{HEAD}/sm90"]
 #: run folder -> (exit code, job seconds)
 JOBS = {FOREIGN[0]: (0, 117), FOREIGN[1]: (0, 117), f"x1/aa3/{HEAD}/sm90": (0, 69),
         REGRESS: (1, 148)}
-#: marlin_asym rows faster than the baseline's commit (acffbe3, before gsplit), as on u1-u3
-GSPLIT_FASTER = {"M16-N2048-K2048-g128-s0", "M16-N2048-K8192-g128-s0", "M16-N6144-K2048-g128-s0",
-                 "M16-N8192-K2048-g128-s0", "M256-N2048-K8192-g128-s0"}
-SUMMARY = Path(__file__).resolve().parents[2] / "scripts" / "acceptance_summary.py"
-
-
-def _summary(runs, folder):
-    return subprocess.run([sys.executable, str(SUMMARY), str(runs.top / folder)],
-                          capture_output=True, text=True, check=True).stdout
 
 
 @pytest.mark.parametrize("folder", sorted(JOBS))
@@ -71,7 +62,7 @@ def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
     """The fix of 4a92d54 on a GPU: no A/B bench timed a row its row file did not ask for
     (w1 at 1768dae: 126 of 180), and no fused pair row without native_int4's."""
     assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
-            in _summary(runs, folder))
+            in summary(runs, folder))
     for bench in glob.glob(str(runs.top / folder / "ab/*/runs/round*/*/*/sm90")):
         swiglu = Path(bench, "swiglu.csv")
         if swiglu.exists():
@@ -91,6 +82,6 @@ def test_the_foreign_job_against_the_same_model_job_warm(runs):
     assert round(same["A/B"]) == 5
     assert len(ab_measured(runs, FOREIGN[1])) == 13
     assert ("extra rounds: M128-N2048-K2048-gK-s0|fp16_cache|graph SAME -1.46% "
-            "(threshold 2.25%, 7 rounds)") in _summary(runs, FOREIGN[1])
+            "(threshold 2.25%, 7 rounds)") in summary(runs, FOREIGN[1])
     fresh = runs(FOREIGN[0], "job.json")["seconds"]
     assert round(fresh["A/B"]) == 21 and len(ab_measured(runs, FOREIGN[0])) == 12
