@@ -396,6 +396,8 @@ class NoisyHeld(NoisyBench):
     def start(self, req):
         h = _Handle(req)
         self._note("start", h)
+        req.out_dir.mkdir(parents=True, exist_ok=True)     # as the subprocess runner does
+        (req.out_dir / ".started").touch()
         return h
 
     def fill(self, h, rows):
@@ -408,6 +410,7 @@ class NoisyHeld(NoisyBench):
 
     def finish(self, h):
         assert not h.req.late, "a bench measured before it was given its rows"
+        assert (h.req.out_dir / ".started").exists(), "its folder was removed while it waited"
         self._note("finish", h)
         self(h.req)
 
