@@ -10,7 +10,7 @@ are measured here, interleaved, restricted to those rows, by ``harness compare``
 worktrees (the build cache is shared; one compare for the rows of all matrices: a
 baseline promoted with ``harness baseline accept --only-faster`` holds rows of several
 commits, and its A side then measures each commit's rows at that commit in every round,
-``compare.APart``, beside one B bench of all the rows); ``reports.ab_confirm.apply_ab``
+``ab_legs.APart``, beside one B bench of all the rows); ``reports.ab_confirm.apply_ab``
 then makes the A/B verdict the row's: SLOWER fails (also for a row inside its
 cross-machine margin), SAME or FASTER clears. The A/B record is stored in the matrix's
 json (``ab_confirm``) and the gate record is rewritten with the final verdicts, so

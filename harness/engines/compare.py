@@ -36,16 +36,7 @@ from ..reports.gate_record import stored_partial
 from ..reports.verdicts import GateResult
 from ..results.schema import Key, ResultRow, SchemaError
 from ..results.store import Run, load_run
-from .ab_legs import (  # noqa: F401  (APart, a_part: re-exported)
-    APart,
-    Leg,
-    Side,
-    a_folders,
-    a_part,
-    leg_request,
-    matrices_of,
-    selection,
-)
+from .ab_legs import APart, Leg, Side, a_folders, leg_request, matrices_of, selection
 from .bench_runner import bench_rows
 from .pipeline import HeldBenches, can_hold, run_pipelined
 from .revisions import (  # noqa: F401  (BenchRequest, bench_command, GitMissing: re-exported)

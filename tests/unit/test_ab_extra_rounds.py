@@ -312,7 +312,7 @@ def test_the_acceptance_summary_lists_the_rows_judged_on_extra_rounds(tmp_path):
 
 
 def test_a_side_in_parts_gets_its_extra_rounds_where_the_undecided_row_is(repo, tmp_path):
-    """A baseline of two commits (``compare.APart``): each part measures its own rows every
+    """A baseline of two commits (``ab_legs.APart``): each part measures its own rows every
     round, B all of them; the noisy row's 5% slowdown, left undecided by three rounds,
     gets its extra rounds from its own part and B only, and is confirmed."""
     from harness.engines.ab_legs import APart
