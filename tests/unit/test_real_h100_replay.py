@@ -5,7 +5,7 @@ and H100 call m1 (§16.8), the fifteenth's H100 calls n1-n4 (§16.9) and the six
 H100 calls p1-p4 (§16.10), the seventeenth's H100 calls q1-q4 (§16.11) and H200 call q5 (§9.17),
 the eighteenth's r1-r4 (§16.12), the twentieth's t1, t2 (§16.13), the twenty-first's
 u1-u3 (§16.14), the twenty-second's v2 (§16.15), the twenty-third's w1 (§16.16) and the
-twenty-fourth's x1 (§16.17) and the twenty-fifth's y1 (§16.18)
+twenty-fourth's x1 (§16.17), the twenty-fifth's y1 (§16.18) and the twenty-sixth's a1 (§16.19)
 replayed on a CPU: `harness report` reaches each job's verdicts from its stored run,
 against the H200 reference's baseline alone for the foreign jobs and the H100 baseline
 each same-model job was judged against (the archive's ``baselines-then/``, or the
@@ -38,6 +38,7 @@ V = "v2/{}/1a6ecf6a5b9a/sm90"
 W1 = "w1/{}/1768dae60946/sm90"
 X1 = "x1/{}/890e885d3286/sm90"
 Y1 = "y1/{}/890e885d3286/sm90"
+A1 = "a1/{}/f380eb5c78ca/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -157,6 +158,10 @@ ARCHIVES = {
     "h100-2026-12-07-y.tar.gz": ("h100-2026-12-07-y", {
         Y1.format("foreign"): (True, False, 0, 380),
         "y1/regressforeign/f9c4e1c79d8e/sm90": (True, False, 1, 380)}),
+    # the twenty-sixth session's fresh H100 at f380eb5 (the held extra-round benches): as w1
+    "h100-2026-12-07-a.tar.gz": ("h100-2026-12-07-a", {
+        A1.format("foreign"): (True, False, 0, 380), A1.format("foreign2"): (True, False, 0, 380),
+        A1.format("aa3"): (False, False, 0, 380)}),
 }
 
 
