@@ -7,11 +7,17 @@ test_real_h100_replay.py replays the three jobs' verdicts with `harness report`.
 from __future__ import annotations
 
 import json
+import sys
 
 import device_archives as da
 import pytest
 
+sys.path.insert(0, str(da.ROOT / "scripts"))
+import screen_noise  # noqa: E402
+
 runs = da.archive_fixture("h100-2026-12-07-a.tar.gz", "h100-2026-12-07-a")
+runs_x = da.archive_fixture("h100-2026-12-06-x.tar.gz", "h100-2026-12-06-x")
+runs_y = da.archive_fixture("h100-2026-12-07-y.tar.gz", "h100-2026-12-07-y")
 HEAD = "f380eb5c78ca"
 UUID = "1b2a37f3-58e6-c371-fa37-7b012ec96d8c"
 FOREIGN, FOREIGN2, SAME = (f"a1/{j}/{HEAD}/sm90" for j in ("foreign", "foreign2", "aa3"))
@@ -93,3 +99,25 @@ def test_the_warm_foreign_job_against_the_same_model_job(runs):
     assert [round(secs[FOREIGN2][k]) for k in ("machine factor", "A/B")] == [25, 48]
     assert round(secs[SAME]["A/B"]) == 26
     assert (len(da.ab_measured(runs, FOREIGN2)), len(da.ab_measured(runs, FOREIGN))) == (15, 25)
+
+
+def test_the_screens_noise_is_per_process_and_a_wider_screen_loses_real_changes(
+        runs, runs_x, runs_y, capsys):
+    """scripts/screen_noise.py over the five unchanged foreign jobs and the two regressions
+    of a1, x1 and y1: the 86 SAME rows the screen sent were off by about 1% on either
+    side (the bench's B against the rounds' B, the factor's A against the rounds' A), and
+    a flat screen at 2.5% would still send 40 of them while losing 6 of the 176 real
+    changes (gsplit's gains, the regression's fp16_cache rows)."""
+    folders = [runs.top / FOREIGN, runs.top / FOREIGN2,
+               runs_x.top / "x1/foreign/890e885d3286/sm90",
+               runs_x.top / "x1/foreign2/890e885d3286/sm90",
+               runs_x.top / "x1/regressforeign/0afcb3933adf/sm90",
+               runs_y.top / "y1/foreign/890e885d3286/sm90",
+               runs_y.top / "y1/regressforeign/f9c4e1c79d8e/sm90"]
+    assert screen_noise.main([str(f) for f in folders]) == 0
+    out = capsys.readouterr().out
+    assert "262 rows A/B'd in 7 runs: 86 SAME, 176 FASTER or SLOWER" in out
+    assert ("SAME rows: median |bench B off| 0.0106, median |factor A off| 0.0108; "
+            "the bench the farther off in 50%") in out
+    assert "a flat screen at 2.5%: sends 210 of them (40 SAME), loses 6 of the 176 real" in out
+    assert "a flat screen at 3.0%: sends 185 of them (18 SAME), loses 9 of the 176 real" in out
