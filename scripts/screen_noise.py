@@ -81,9 +81,9 @@ def main(argv=None) -> int:
     real = df[df["verdict"] != "SAME"]
     print(f"\n{len(df)} rows A/B'd in {len(args.runs)} runs: {len(noise)} SAME, "
           f"{len(real)} FASTER or SLOWER")
-    print(f"SAME rows: median |bench B off| {noise['bench_b_off'].abs().median():.4f}, "
-          f"median |factor A off| {noise['factor_a_off'].abs().median():.4f}; the bench "
-          f"the farther off in {(noise['bench_b_off'].abs() > noise['factor_a_off'].abs()).mean():.0%}")
+    b_off, a_off = noise["bench_b_off"].abs(), noise["factor_a_off"].abs()
+    print(f"SAME rows: median |bench B off| {b_off.median():.4f}, median |factor A off| "
+          f"{a_off.median():.4f}; the bench the farther off in {(b_off > a_off).mean():.0%}")
     for t in (0.025, 0.03, 0.04):
         sent = df["screen"].abs() >= t
         print(f"a flat screen at {t:.1%}: sends {int(sent.sum())} of them "
