@@ -133,6 +133,15 @@ def check_job(runs: Runs, folder: str, uuid: str, want: tuple[int, int],
     assert (got["exit_code"], round(got["seconds"]["total"])) == want
 
 
+def ab_bench_times(runs: Runs, folder: str, part: str = "*") -> dict[str, dict]:
+    """The time records the A/B's round benches of a stored run left (``SubprocessRunner``:
+    started, ready, released, exiting, ended), keyed by their path under ``ab/``; ``part``
+    picks one A/B part's folder (a matrix, or matrices joined by ``+``)."""
+    ab = runs.top / folder / "ab"
+    return {str(f.relative_to(ab)): json.loads(f.read_text())
+            for f in sorted(ab.glob(f"{part}/runs/round*/*.time.json"))}
+
+
 def summary(runs: Runs, folder: str) -> str:
     """What scripts/acceptance_summary.py prints of one stored run."""
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "acceptance_summary.py"),

@@ -10,7 +10,7 @@ import json
 import statistics
 
 import pytest
-from device_archives import archive_fixture, check_job, failing, gated_verdicts
+from device_archives import ab_bench_times, archive_fixture, check_job, failing, gated_verdicts
 
 runs = archive_fixture("h100-2026-12-06-r.tar.gz", "h100-2026-12-06-r")
 HEAD = "ab980ea60968"
@@ -75,8 +75,7 @@ def test_the_same_model_jobs_pass_and_their_ab_starts_during_ppl(runs):
 
 
 def _times(runs, folder: str, part: str) -> list[dict]:
-    top = runs.top / folder / "ab" / part / "runs"
-    return sorted((json.loads(f.read_text()) for f in top.glob("round*/*.time.json")),
+    return sorted(ab_bench_times(runs, folder, part).values(),
                   key=lambda r: max(r["released"], r["ready"]))
 
 

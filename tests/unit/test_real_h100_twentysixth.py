@@ -6,7 +6,6 @@ test_real_h100_replay.py replays the three jobs' verdicts with `harness report`.
 
 from __future__ import annotations
 
-import json
 import sys
 
 import device_archives as da
@@ -28,13 +27,9 @@ JOBS = {FOREIGN: (0, 174), FOREIGN2: (0, 149), SAME: (0, 100)}
 def startup_waits(runs, folder: str) -> dict[str, float]:
     """Each A/B bench's wait for its own start-up, in seconds (ready after its release),
     by its time file's path under ``ab/``; the waits of at least 0.05 s."""
-    out = {}
-    for path in sorted((runs.top / folder / "ab").rglob("runs/*/*.time.json")):
-        t = json.loads(path.read_text())
-        wait = t["ready"] - t["released"]
-        if wait >= 0.05:
-            out[str(path.relative_to(runs.top / folder / "ab"))] = round(wait, 1)
-    return out
+    waits = {path: t["ready"] - t["released"]
+             for path, t in da.ab_bench_times(runs, folder).items()}
+    return {path: round(w, 1) for path, w in waits.items() if w >= 0.05}
 
 
 @pytest.mark.parametrize("folder", sorted(JOBS))
