@@ -37,6 +37,8 @@ PACKAGED_SOURCE, DEFAULT_PRESET_NAME = "<packaged defaults>", "default"
 #: Retired settings (the per-element ULP gate, replaced by LESS_ACCURATE): stored runs and
 #: older pyproject tables that carry them still load, values ignored; ``--set`` refuses them.
 RETIRED: frozenset[str] = frozenset({"ulp_tolerance", "ulp_rel_tolerance"})
+#: Fewest samples a side the speed test takes (``reports.stats``): fewer read no SLOWER.
+MIN_TEST_SAMPLES = 5
 
 TABLE_KEYS: tuple[str, ...] = ("preset", "presets")   #: the keys ``[tool.harness]`` may hold
 
@@ -93,8 +95,8 @@ class Settings:
         "baseline's commit for the machine factor; 0: every gated row", low=0, high=10000,
         stored_default=4)
     # the machine factor's benches only (0: the bench's own; their rows screen time only)
-    projection_min_samples: int = _setting(10, "another GPU model: min_samples of those benches",
-                                           high=2000, stored_default=0)
+    projection_min_samples: int = _setting(10, "another GPU model: min_samples of those benches "
+                                           "(0 or >= 5)", high=2000, stored_default=0)
     projection_warmup_ms: float = _setting(5.0, "another GPU model: warmup_ms of those benches",
                                            high=1000.0, stored_default=0.0)
     projection_accuracy_runs: int = _setting(1, "another GPU model: accuracy_runs of those "
@@ -150,6 +152,9 @@ class Settings:
         if self.cold_min_samples and not 3 <= self.cold_min_samples <= self.max_samples:
             raise ConfigError(f"setting 'cold_min_samples' ({self.cold_min_samples}) must be 0 "
                               f"or between 3 and 'max_samples' ({self.max_samples})")
+        if 0 < (n := self.projection_min_samples) < MIN_TEST_SAMPLES:
+            raise ConfigError(f"setting 'projection_min_samples' must be 0 or >= "
+                              f"{MIN_TEST_SAMPLES} (the screen's test's minimum), got {n}")
 
     def to_dict(self) -> dict:
         """The thresholds (and their provenance) as a JSON-ready dict."""
@@ -324,14 +329,11 @@ def _presets_from(table: dict | None, source: str) -> tuple[dict[str, dict], str
 def _check_keys(values: Iterable[str], where: str) -> None:
     for key in values:
         if key in RETIRED:
-            raise ConfigError(
-                f"{where}: setting {key!r} is retired (the per-element ULP gate was replaced by "
-                "rel_err_growth, rms_ulp_slack and rms_ulp_growth)"
-            )
+            raise ConfigError(f"{where}: setting {key!r} is retired (the per-element ULP gate "
+                              "was replaced by rel_err_growth, rms_ulp_slack and rms_ulp_growth)")
         if key not in SPECS:
-            raise ConfigError(
-                f"{where}: unknown setting {key!r}; valid settings: " + ", ".join(SPECS)
-            )
+            raise ConfigError(f"{where}: unknown setting {key!r}; valid settings: "
+                              + ", ".join(SPECS))
 
 
 def available_presets(pyproject: str | Path | None = None) -> list[str]:

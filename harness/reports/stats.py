@@ -16,10 +16,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..config import MIN_TEST_SAMPLES  # fewer a side: the U test cannot reach small alphas
 from ..results.schema import Key, ResultRow
-
-#: Fewer samples than this per side: the U test cannot reach small alphas, so no test.
-MIN_TEST_SAMPLES = 5
 
 
 def median(values: Sequence[float]) -> float:
