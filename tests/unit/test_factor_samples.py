@@ -21,8 +21,8 @@ import factor_samples  # noqa: E402
 ARCHIVES = {"t": "h100-2026-12-06-t", "u": "h100-2026-12-06-u", "v": "h100-2026-12-06-v",
             "w": "h100-2026-12-06-w", "x": "h100-2026-12-06-x", "a": "h100-2026-12-07-a",
             "y": "h100-2026-12-07-y"}
-#: the foreign jobs whose stored screen the current code reproduces (t2 on: the screen's
-#: rules of 962674c; t1 and the sessions before screened by older rules)
+#: the foreign jobs whose stored screen the current code reproduces (t2 on: the two-sided
+#: screen of 962674c; t1 and the sessions before screened one-sided)
 RUNS = {"t": ["t2/foreign/962674c11f31"],
         "u": [f"u{i}/{j}" for i, j in ((1, "foreign/4854efc26822"),
                                        (1, "regressforeign/2591a4e3b13b"),
@@ -79,8 +79,8 @@ def test_below_five_the_screen_goes_blind(stored, capsys):
 
 
 def test_a_run_screened_by_older_rules_is_reported_and_not_counted(stored, capsys):
-    """t1 (6de0b5d2b69a) was screened before 962674c's rules: the replay at its own minimum
-    does not give its stored screen, which the script says, exiting 1."""
+    """t1 (6de0b5d2b69a) was screened one-sided, before 962674c: the replay at its own
+    minimum does not give its stored screen, which the script says, exiting 1."""
     assert factor_samples.main([str(stored["t"] / "t1/foreign/6de0b5d2b69a/sm90")]) == 1
     out = capsys.readouterr().out
     assert "stored screen 13 rows, replay at 10: 21 (DIFFERS" in out
