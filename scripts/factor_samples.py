@@ -8,7 +8,7 @@ samples are every sample taken, in the order taken (up to ``KEEP_SAMPLES``), so 
 at a smaller minimum is replayed exactly: the first n samples, n the first count from the
 new minimum at which ``StopRule.reason_to_stop`` says stop (the time cap is not replayed).
 Each factor row is rebuilt from its samples (``stats.with_samples``) and the job's screen
-(``ab_confirm.screen``, as ``projection_step.project`` calls it) is run again against the
+(``projection_step.projected_screen``, as ``project`` calls it) is run again against the
 run's own bench rows. The replay at the stored minimum must give the stored screened set
 (checked, per run); at the smaller one it prints the rows that would be sent or no longer
 sent, with the A/B's stored verdict of each row that has one: a row no longer sent that
@@ -27,22 +27,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.config import Settings
+from harness.engines.projection_step import projected_screen
 from harness.measure.timing import StopRule
-from harness.reports.ab_confirm import screen
 from harness.reports.stats import with_samples
 from harness.results.store import read_rows
 
 MATRICES = ("production", "swiglu")
 
 
-def _samples(row) -> list[float]:
-    return [float(x) for x in str(row.samples_us).split(";") if x]
-
-
 def replayed(row, rule: StopRule):
     """``row`` as a bench with ``rule`` would have stopped on its stored samples; None
     where the stored samples end before the rule stops (the row then keeps them all)."""
-    s = _samples(row)
+    s = row.samples()
     for n in range(rule.min_samples, len(s) + 1):
         if rule.reason_to_stop(s[:n], 0.0):
             return with_samples(row, s[:n])
@@ -59,10 +55,9 @@ def factor_rows(run: Path, matrix: str) -> dict:
 
 def sent(current: dict, factor: dict, settings: Settings) -> set:
     """The keys the foreign job's screen sends to A/B (``projection_step.project``)."""
-    wide = replace(settings, ab_path_screen=max(settings.ab_path_screen, settings.ab_screen))
     cur = [current[k] for k in factor if k in current]
     base = [replace(factor[k], matrix=current[k].matrix) for k in factor if k in current]
-    return screen(cur, base, wide, against_others=False, both_ways=True)[0]
+    return projected_screen(cur, base, settings)[0]
 
 
 def replay(run: Path, min_samples: int) -> dict:
@@ -78,7 +73,7 @@ def replay(run: Path, min_samples: int) -> dict:
     minimum = settings.projection_min_samples or settings.min_samples   # 0: the bench's own
     stored_rule = StopRule.from_settings(replace(settings, min_samples=minimum))
     new_rule = replace(stored_rule, min_samples=min_samples)
-    out = {"run": str(run), "minimum": minimum, "stored": set(), "same": set(),
+    out = {"run": str(run), "minimum": minimum, "stored": set(), "again": set(),
            "new": set(), "ab": {}, "samples": [0, 0], "unmatched": 0}
     for m in MATRICES:
         current = {r.key: r for r in read_rows(run / f"{m}.csv")}
@@ -97,7 +92,7 @@ def replay(run: Path, min_samples: int) -> dict:
             out["unmatched"] += again[k].n_samples != row.n_samples
             out["samples"][0] += row.n_samples
             out["samples"][1] += fewer[k].n_samples
-        out["same"] |= {(m, "|".join(k)) for k in sent(current, again, settings)}
+        out["again"] |= {(m, "|".join(k)) for k in sent(current, again, settings)}
         out["new"] |= {(m, "|".join(k)) for k in sent(current, fewer, settings)}
     return out
 
@@ -113,11 +108,11 @@ def main(argv=None) -> int:
     bad, totals = 0, {"stored": 0, "new": 0, "SLOWER": 0, "FASTER": 0, "samples": [0, 0]}
     for run in args.runs:
         r = replay(run, args.min_samples)
-        added, lost = sorted(r["new"] - r["same"]), sorted(r["same"] - r["new"])
+        added, lost = sorted(r["new"] - r["again"]), sorted(r["again"] - r["new"])
         real_lost = [k for k in lost if r["ab"].get(k) not in (None, "SAME")]
-        ok = r["same"] == r["stored"]
+        ok = r["again"] == r["stored"]
         print(f"{run}: stored screen {len(r['stored'])} rows, replay at {r['minimum']}: "
-              f"{len(r['same'])} ({'the same set' if ok else 'DIFFERS'}; {r['unmatched']} "
+              f"{len(r['again'])} ({'the same set' if ok else 'DIFFERS'}; {r['unmatched']} "
               f"rows' sample counts not reproduced); at {args.min_samples}: {len(r['new'])} "
               f"(+{len(added)} -{len(lost)}, {len(real_lost)} real change(s) lost); factor "
               f"samples {r['samples'][0]} -> {r['samples'][1]}")

@@ -181,12 +181,7 @@ def project(result: GateResult, matrix: str, measured: Mapping[tuple[str, Key], 
     projected = projected_baseline(judged, factors, mine)
     have = {r.key for r in projected}
     current = [v.current for v in judged if v.key in have]
-    # the factors come from projection_sample rows per class: a path's median against them
-    # scatters by ~1% (two fresh H100s), so on another model the path screen is ab_screen's
-    # (a 1% one sent 62 of 168 production rows of an unchanged H100 run to A/B, 2026-12-05);
-    # the projection has removed each class's factor already: a path's own move is the one
-    wide = replace(settings, ab_path_screen=max(settings.ab_path_screen, settings.ab_screen))
-    screened, gate = screen(current, projected, wide, against_others=False, both_ways=True)
+    screened, gate, wide = projected_screen(current, projected, settings)
     projection = Projection(reference_model, runner_model, factors,
                             settings.projection_sample,
                             tuple(sorted("|".join(k) for k in mine if k in have)))
@@ -195,6 +190,19 @@ def project(result: GateResult, matrix: str, measured: Mapping[tuple[str, Key], 
                      {v.key: (v.verdict.value, v.time_change, v.threshold)
                       for v in gate.verdicts if v.key in screened and v.current is not None},
                      screen_directions(gate, wide, screened))
+
+
+def projected_screen(current: Sequence[ResultRow], projected: Sequence[ResultRow],
+                     settings: Settings) -> tuple[set[Key], GateResult, Settings]:
+    """The foreign screen of ``current`` against its projected baseline: the keys it sends
+    to A/B, the gate it read them from, and the settings it read with. Both ways, each
+    path against its own projection (each class's factor is removed already), the path
+    screen widened to ``ab_screen``: a path's median against factors of sampled rows
+    scatters by ~1% (two fresh H100s), and a 1% path screen sent 62 of 168 production
+    rows of an unchanged H100 run to A/B (2026-12-05)."""
+    wide = replace(settings, ab_path_screen=max(settings.ab_path_screen, settings.ab_screen))
+    screened, gate = screen(current, projected, wide, against_others=False, both_ways=True)
+    return screened, gate, wide
 
 
 def screen_directions(gate: GateResult, settings: Settings,
