@@ -19,6 +19,7 @@
 #           REFMODEL=<slug>: against that model's folder made the arch's own instead (an
 #           H200 judged against the H100's rows)
 #   foreign2  the foreign step again on the same machine (its builds cached), under foreign2/
+#   foreign5  as foreign2 with the factor's benches at 5 samples a row, under foreign5/
 #   job2    a second process of the job on the same machine, results under aa2/
 #   noxlast `nox -s bench-sm90` after the foreign step (warm; before regress), results under aa3/
 #   nox2    `nox -s bench-sm90` again on the same machine (a runner that has run it before:
@@ -184,6 +185,12 @@ rm -rf "$refroot"/*/models
 # foreign2/ (its time beside nox2's, the same-model job warm)
 [[ $steps == *" foreign2 "* ]] && step foreign2 python3 -m nox -s bench-sm90 -- --out "$res/foreign2" \
   --baselines "$refroot" --no-progress ${NOX_ARGS:-} && tail -14 "$logs/$tag-foreign2.log"
+# foreign5 (issue 36's 1.5x line, the twenty-sixth session's candidate): the warm foreign job
+# with the machine factor's benches at 5 samples a row (`projection_min_samples=5`), its
+# time and the rows its screen sends beside foreign2's, under foreign5/
+[[ $steps == *" foreign5 "* ]] && step foreign5 python3 -m nox -s bench-sm90 -- --out "$res/foreign5" \
+  --baselines "$refroot" --no-progress --set projection_min_samples=5 ${NOX_ARGS:-} \
+  && tail -14 "$logs/$tag-foreign5.log"
 # noxlast (issue 36's time line): `nox -s bench-sm90` after the foreign step and before the
 # regression is committed, on the same machine (build, case data and the baseline's
 # commit's extension all warm), results under aa3/: the same-model job's time beside the
@@ -212,7 +219,7 @@ if [[ $steps == *" report "* ]]; then
   for d in "$res"/*/*/sm90; do
     [ -d "$d" ] || continue
     extra=(); [[ $d == */planted/* || $d == */plantedjob*/* ]] && extra=(--partial)
-    root=baselines; [[ $d == */foreign/* || $d == */foreign2/* || $d == */regressforeign/* ]] && root=$refroot
+    root=baselines; [[ $d == */foreign/* || $d == */foreign2/* || $d == */foreign5/* || $d == */regressforeign/* ]] && root=$refroot
     python3 -m harness report "$d" --baseline "$root" "${extra[@]}" \
       >> "$logs/$tag-report.log" 2>&1
     echo "report $d rc=$?" | tee -a "$out/$tag-times.txt"
