@@ -39,6 +39,7 @@ W1 = "w1/{}/1768dae60946/sm90"
 X1 = "x1/{}/890e885d3286/sm90"
 Y1 = "y1/{}/890e885d3286/sm90"
 A1 = "a1/{}/f380eb5c78ca/sm90"
+B1 = "b1/{}/f380eb5c78ca/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -162,6 +163,10 @@ ARCHIVES = {
     "h100-2026-12-07-a.tar.gz": ("h100-2026-12-07-a", {
         A1.format("foreign"): (True, False, 0, 380), A1.format("foreign2"): (True, False, 0, 380),
         A1.format("aa3"): (False, False, 0, 380)}),
+    # the twenty-eighth session's second fresh H100 at f380eb5: as a1
+    "h100-2026-12-07-b.tar.gz": ("h100-2026-12-07-b", {
+        B1.format("foreign"): (True, False, 0, 380), B1.format("foreign2"): (True, False, 0, 380),
+        B1.format("aa3"): (False, False, 0, 380)}),
 }
 
 
