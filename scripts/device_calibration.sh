@@ -219,7 +219,7 @@ if [[ $steps == *" report "* ]]; then
   for d in "$res"/*/*/sm90; do
     [ -d "$d" ] || continue
     extra=(); [[ $d == */planted/* || $d == */plantedjob*/* ]] && extra=(--partial)
-    root=baselines; [[ $d == */foreign/* || $d == */foreign2/* || $d == */foreign5/* || $d == */regressforeign/* ]] && root=$refroot
+    root=baselines; [[ $d == */foreign*/* || $d == */regressforeign/* ]] && root=$refroot
     python3 -m harness report "$d" --baseline "$root" "${extra[@]}" \
       >> "$logs/$tag-report.log" 2>&1
     echo "report $d rc=$?" | tee -a "$out/$tag-times.txt"
