@@ -40,6 +40,7 @@ X1 = "x1/{}/890e885d3286/sm90"
 Y1 = "y1/{}/890e885d3286/sm90"
 A1 = "a1/{}/f380eb5c78ca/sm90"
 B1 = "b1/{}/f380eb5c78ca/sm90"
+C1 = "c1/{}/f380eb5c78ca/sm90"
 #: archive -> its top folder and, per run: (judged against the H200 reference alone,
 #: partial, exit code, rows)
 ARCHIVES = {
@@ -167,6 +168,11 @@ ARCHIVES = {
     "h100-2026-12-07-b.tar.gz": ("h100-2026-12-07-b", {
         B1.format("foreign"): (True, False, 0, 380), B1.format("foreign2"): (True, False, 0, 380),
         B1.format("aa3"): (False, False, 0, 380)}),
+    # the twenty-ninth session's third fresh H100 at f380eb5: as a1, plus the warm foreign
+    # job with the factor at 5 samples a row
+    "h100-2026-12-07-c.tar.gz": ("h100-2026-12-07-c", {
+        C1.format("foreign"): (True, False, 0, 380), C1.format("foreign2"): (True, False, 0, 380),
+        C1.format("foreign5"): (True, False, 0, 380), C1.format("aa3"): (False, False, 0, 380)}),
 }
 
 
