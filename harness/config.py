@@ -95,7 +95,7 @@ class Settings:
         "baseline's commit for the machine factor; 0: every gated row", low=0, high=10000,
         stored_default=4)
     # the machine factor's benches only (0: the bench's own; their rows screen time only)
-    projection_min_samples: int = _setting(10, "another GPU model: min_samples of those benches "
+    projection_min_samples: int = _setting(5, "another GPU model: min_samples of those benches "
                                            "(0 or >= 5)", high=2000, stored_default=0)
     projection_warmup_ms: float = _setting(5.0, "another GPU model: warmup_ms of those benches",
                                            high=1000.0, stored_default=0.0)

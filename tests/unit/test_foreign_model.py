@@ -169,8 +169,8 @@ def test_an_unchanged_build_on_another_model_gets_speed_verdicts_and_passes(
     first = fake.calls[0]
     assert first.revision == base_sha and first.label == "A" and first.modes == ("graph",)
     # the factor's benches screen time only: fewer samples, a shorter warm-up, one
-    # accuracy run (the defaults since the thirteenth session's H100 calls, §16.7)
-    assert first.settings == ("min_samples=10", "warmup_ms=5", "accuracy_runs=1")
+    # accuracy run (the defaults since the H100 calls of §16.7 and §16.22)
+    assert first.settings == ("min_samples=5", "warmup_ms=5", "accuracy_runs=1")
     assert 0 < len(first.rows) <= (per_class or 10000) * 9
     verdicts = _gated(run_dir)
     judged = [v for v in verdicts.values() if v != "TIMING_NOT_COMPARABLE"]
