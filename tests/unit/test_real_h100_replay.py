@@ -173,6 +173,13 @@ ARCHIVES = {
     "h100-2026-12-07-c.tar.gz": ("h100-2026-12-07-c", {
         C1.format("foreign"): (True, False, 0, 380), C1.format("foreign2"): (True, False, 0, 380),
         C1.format("foreign5"): (True, False, 0, 380), C1.format("aa3"): (False, False, 0, 380)}),
+    # the twenty-ninth session's fourth and fifth fresh H100s at f380eb5, the factor at 5
+    # samples a row: foreign, then the regression judged as foreign
+    "h100-2026-12-07-d.tar.gz": ("h100-2026-12-07-d", {
+        "d1/foreign/f380eb5c78ca/sm90": (True, False, 0, 380),
+        "d1/regressforeign/c71d45d7153f/sm90": (True, False, 1, 380),
+        "e1/foreign/f380eb5c78ca/sm90": (True, False, 0, 380),
+        "e1/regressforeign/5063c3422cb7/sm90": (True, False, 1, 380)}),
 }
 
 
