@@ -185,9 +185,10 @@ rm -rf "$refroot"/*/models
 # foreign2/ (its time beside nox2's, the same-model job warm)
 [[ $steps == *" foreign2 "* ]] && step foreign2 python3 -m nox -s bench-sm90 -- --out "$res/foreign2" \
   --baselines "$refroot" --no-progress ${NOX_ARGS:-} && tail -14 "$logs/$tag-foreign2.log"
-# foreign5 (issue 36's 1.5x line, the twenty-sixth session's candidate): the warm foreign job
-# with the machine factor's benches at 5 samples a row (`projection_min_samples=5`), its
-# time and the rows its screen sends beside foreign2's, under foreign5/
+# foreign5 (issue 36's 1.5x line): the warm foreign job with the machine factor's benches
+# at 5 samples a row (`projection_min_samples=5`), its time and the rows its screen sends
+# beside foreign2's, under foreign5/. 5 is the default since 6b75ec5: at that commit and
+# after, foreign5 is foreign2 again; it differs at an older REF (c1 timed it at f380eb5)
 [[ $steps == *" foreign5 "* ]] && step foreign5 python3 -m nox -s bench-sm90 -- --out "$res/foreign5" \
   --baselines "$refroot" --no-progress --set projection_min_samples=5 ${NOX_ARGS:-} \
   && tail -14 "$logs/$tag-foreign5.log"
