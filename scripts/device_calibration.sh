@@ -50,9 +50,10 @@
 # NOX_ARGS / JOB_ARGS / BENCH_ARGS: extra arguments for the nox, job and parity steps. Calibration runs (A/A
 # material for `harness baseline record`) want JOB_ARGS=--no-ab-confirm: against an old
 # baseline the A/B would only cost time.
-# FROM_BUNDLE=1 with .bundle/repo.bundle (`git bundle create .bundle/repo.bundle --all`,
-# carried): run from a clone of it, a git repository (the device's copy has no .git; the
-# A/B confirmation and worktrees need one); HARNESS_COMMIT is then not needed. REF=<sha>
+# FROM_BUNDLE=1 with .bundle/repo.bundle (`python scripts/device_bundle.py REF`: REF's
+# history alone, which fits the carry where `--all` no longer does; carried): run from a
+# clone of it, a git repository (the device's copy has no .git; the A/B confirmation and
+# worktrees need one); HARNESS_COMMIT is then not needed. REF=<sha>
 # checks that commit out of the clone: the acceptance's "three calls of one commit" can
 # then span sessions while main moves on (the commit is written to $tag-times.txt).
 set -uo pipefail

@@ -3,10 +3,11 @@ from stored foreign jobs (issue 36's cost: ``projection_min_samples``).
 
 A foreign job measures every gated row once at the baseline's commit on the runner (the
 machine factor's benches, ``ab/projection/base-<commit>/``), each row sampled until the
-bench's stop rule holds with at least ``projection_min_samples`` samples (10). The stored
-samples are every sample taken, in the order taken (up to ``KEEP_SAMPLES``), so the bench
-at a smaller minimum is replayed exactly: the first n samples, n the first count from the
-new minimum at which ``StopRule.reason_to_stop`` says stop (the time cap is not replayed).
+bench's stop rule holds with at least ``projection_min_samples`` samples (10; 5 since
+§16.22). The stored samples are every sample taken, in the order taken (up to
+``KEEP_SAMPLES``), so the bench at a smaller minimum is replayed exactly: the first n
+samples, n the first count from the new minimum at which ``StopRule.reason_to_stop`` says
+stop (the time cap is not replayed).
 Each factor row is rebuilt from its samples (``stats.with_samples``) and the job's screen
 (``projection_step.projected_screen``, as ``project`` calls it) is run again against the
 run's own bench rows. The replay at the stored minimum must give the stored screened set
