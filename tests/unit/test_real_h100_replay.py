@@ -180,6 +180,9 @@ ARCHIVES = {
         "d1/regressforeign/c71d45d7153f/sm90": (True, False, 1, 380),
         "e1/foreign/f380eb5c78ca/sm90": (True, False, 0, 380),
         "e1/regressforeign/5063c3422cb7/sm90": (True, False, 1, 380)}),
+    # and a sixth: the same-model job alone, fresh
+    "h100-2026-12-07-f.tar.gz": ("h100-2026-12-07-f", {
+        "f1/aa/f380eb5c78ca/sm90": (False, False, 0, 380)}),
 }
 
 

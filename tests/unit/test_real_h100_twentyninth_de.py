@@ -2,9 +2,10 @@
 (docs/measurement.md §16.22), read back on a CPU from docs/data/h100-2026-12-07-d.tar.gz:
 on each, the foreign job fresh and the real regression (fp16_cache through a temporary)
 judged as foreign, both with the machine factor's benches at 5 samples a row
-(`--set projection_min_samples=5`, the default since). The figures the docs quote are
-these files'; test_real_h100_replay.py replays the four jobs' verdicts with
-`harness report`."""
+(`--set projection_min_samples=5`, the default since); and f1, from
+docs/data/h100-2026-12-07-f.tar.gz: a sixth fresh H100 at that commit, the same-model job
+alone, fresh. The figures the docs quote are these files'; test_real_h100_replay.py
+replays the five jobs' verdicts with `harness report`."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ sys.path.insert(0, str(da.ROOT / "scripts"))
 import factor_samples  # noqa: E402
 
 runs = da.archive_fixture("h100-2026-12-07-d.tar.gz", "h100-2026-12-07-d")
+runs_f = da.archive_fixture("h100-2026-12-07-f.tar.gz", "h100-2026-12-07-f")
 HEAD = "f380eb5c78ca"
+#: f1, a sixth fresh H100 at f380eb5 (GPU-7b5f9aac...): the same-model job alone, fresh
+SAME_FRESH = f"f1/aa/{HEAD}/sm90"
 UUIDS = {"d1": "8622038d-c35e-02cf-c1db-e23d53e9ce5c", "e1": "a41d6d0f-dcea-1174-e29f-a70ac86a0d9e"}
 FOREIGN = {m: f"{m}/foreign/{HEAD}/sm90" for m in UUIDS}
 REGRESS = {"d1": "d1/regressforeign/c71d45d7153f/sm90", "e1": "e1/regressforeign/5063c3422cb7/sm90"}
@@ -84,3 +88,16 @@ def test_where_the_fresh_foreign_jobs_time_went(runs):
 def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
     assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
             in da.summary(runs, folder))
+
+
+def test_the_fresh_foreign_jobs_against_a_fresh_same_model_job(runs, runs_f):
+    """f1's fresh same-model job at f380eb5: 76 s, every gated row SAME or FASTER, nothing
+    sent to its A/B. Against it the fresh foreign jobs at 5 samples are 1.68x (e1) and
+    2.42x (d1): the 1.5x line is not met fresh either."""
+    da.check_job(runs_f, SAME_FRESH, "7b5f9aac-c7a2-3c9c-7366-e3a1085d9500", (0, 76))
+    assert da.failing(runs_f, SAME_FRESH) == {}
+    assert runs_f(SAME_FRESH, "production.json").get("ab_confirm") is None
+    same = runs_f(SAME_FRESH, "job.json")["seconds"]["total"]
+    ratios = [round(runs(FOREIGN[m], "job.json")["seconds"]["total"] / same, 2)
+              for m in ("e1", "d1")]
+    assert ratios == [1.68, 2.42]
