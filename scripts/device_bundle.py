@@ -27,23 +27,21 @@ import sys
 import tempfile
 from pathlib import Path
 
+from harness.engines.revisions import git, resolve_revision
+from harness.errors import CompareError
+
 LIMIT = 64 * 1024 * 1024
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
 
 
 def make_bundle(repo: Path, ref: str, out: Path) -> str:
     """``out``: a bundle of ``ref``'s history alone (HEAD and ``main`` at it, so a clone
-    of it checks ``ref`` out). Returns ``ref``'s full sha."""
-    sha = git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}")
+    of it checks ``ref`` out). Returns ``ref``'s full sha; an unknown ``ref`` is one
+    ``CompareError`` line."""
+    sha = resolve_revision(repo, ref)
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         clone = Path(tmp) / "clone"
-        subprocess.run(["git", "clone", "-q", "--no-checkout", str(repo), str(clone)],
-                       check=True, capture_output=True)
+        git(repo, "clone", "-q", "--no-checkout", str(repo), str(clone))
         git(clone, "checkout", "-q", "-B", "main", sha)
         git(clone, "bundle", "create", "-q", str(out.resolve()), "HEAD", "main")
     return sha
@@ -93,12 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=LIMIT, help="bytes a call may carry")
     args = ap.parse_args(argv)
     repo = args.repo.resolve()
-    known = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet",
-                            f"{args.ref}^{{commit}}"], capture_output=True).returncode == 0
-    if not known:
+    try:
+        sha = make_bundle(repo, args.ref, args.out if args.out.is_absolute() else repo / args.out)
+    except CompareError:
         print(f"device_bundle: {args.ref!r} is not a commit of {repo}", file=sys.stderr)
         return 2
-    sha = make_bundle(repo, args.ref, args.out if args.out.is_absolute() else repo / args.out)
     lacking = missing_commits(repo, sha, baseline_commits(repo, sha))
     sizes = carry_bytes(repo, args.leave_out, args.carry)
     total = sum(sizes.values())

@@ -102,6 +102,14 @@ def check_every_gated_row_judged(runs: Runs, folder: str) -> set[str]:
     return {k for k, v in rows.items() if v["verdict"] == "FASTER"}
 
 
+def ab_sent(runs: Runs, folder: str) -> set[str]:
+    """The rows a foreign job's screen sent to its A/B ("matrix:row"): those of the
+    production and swiglu A/B records not read by projection."""
+    return {f"{m}:{k}" for m in ("production", "swiglu")
+            for k, v in runs(folder, f"{m}.json")["ab_confirm"]["rows"].items()
+            if v.get("source") != "projected"}
+
+
 def failing(runs: Runs, folder: str,
             matrices=("production", "swiglu")) -> dict[tuple[str, str], int]:
     """(matrix, path) -> the number of its gated rows a stored run read other than SAME or

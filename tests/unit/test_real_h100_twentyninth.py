@@ -24,13 +24,6 @@ FOREIGN, FOREIGN2, FOREIGN5, SAME = (f"c1/{j}/{HEAD}/sm90"
 JOBS = {FOREIGN: (0, 172), FOREIGN2: (0, 148), FOREIGN5: (0, 142), SAME: (0, 76)}
 
 
-def sent(folder_runs, folder) -> set[str]:
-    """The rows a foreign job's screen sent to its A/B (those not read by projection)."""
-    return {f"{m}:{k}" for m in ("production", "swiglu")
-            for k, v in folder_runs(folder, f"{m}.json")["ab_confirm"]["rows"].items()
-            if v.get("source") != "projected"}
-
-
 @pytest.mark.parametrize("folder", sorted(JOBS))
 def test_each_job_its_card_commit_exit_and_time(runs, folder):
     da.check_job(runs, folder, UUID, JOBS[folder])
@@ -55,7 +48,7 @@ def test_the_factor_at_five_samples_timed_beside_ten_on_one_machine(runs):
     assert (round(ten["machine factor"], 1), round(five["machine factor"], 1)) == (25.1, 20.7)
     assert (round(ten["machine factor: measuring"], 1),
             round(five["machine factor: measuring"], 1)) == (23.6, 19.2)
-    assert (len(sent(runs, FOREIGN2)), len(sent(runs, FOREIGN5))) == (21, 23)
+    assert (len(da.ab_sent(runs, FOREIGN2)), len(da.ab_sent(runs, FOREIGN5))) == (21, 23)
     for matrix in ("production", "swiglu"):
         verdicts = [{k: v["verdict"] for k, v in
                      runs(f, f"{matrix}.json")["ab_confirm"]["rows"].items()}
