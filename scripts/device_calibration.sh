@@ -20,6 +20,8 @@
 #           H200 judged against the H100's rows)
 #   foreign2  the foreign step again on the same machine (its builds cached), under foreign2/
 #   foreign5  as foreign2 with the factor's benches at 5 samples a row, under foreign5/
+#   foreignplanted  the plantedjob step judged as foreign (after the foreign steps), under
+#           foreignplanted/
 #   job2    a second process of the job on the same machine, results under aa2/
 #   noxlast `nox -s bench-sm90` after the foreign step (warm; before regress), results under aa3/
 #   nox2    `nox -s bench-sm90` again on the same machine (a runner that has run it before:
@@ -193,6 +195,16 @@ rm -rf "$refroot"/*/models
 [[ $steps == *" foreign5 "* ]] && step foreign5 python3 -m nox -s bench-sm90 -- --out "$res/foreign5" \
   --baselines "$refroot" --no-progress --set projection_min_samples=5 ${NOX_ARGS:-} \
   && tail -14 "$logs/$tag-foreign5.log"
+# foreignplanted (issue 36's checklist at the factor's default): the plantedjob step judged
+# as a runner without a baseline of its model (against the reference root, as foreign),
+# results under foreignplanted/: the planted slowdown must still fail on the planted path
+# alone
+[[ $steps == *" foreignplanted "* ]] && step foreignplanted env \
+  HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" HARNESS_PLANT_FRACTION="${PLANT_FRACTION:-0.05}" \
+  HARNESS_PLANT_LOG_DIR="$res/foreignplanted/plant-log" \
+  python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/foreignplanted" \
+  --baselines "$refroot" --no-progress --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-} \
+  && tail -14 "$logs/$tag-foreignplanted.log"
 # noxlast (issue 36's time line): `nox -s bench-sm90` after the foreign step and before the
 # regression is committed, on the same machine (build, case data and the baseline's
 # commit's extension all warm), results under aa3/: the same-model job's time beside the
@@ -232,7 +244,7 @@ fi
 if [[ $steps == *" summary "* ]]; then
   for d in "$res"/*/*/sm90; do
     [ -d "$d" ] || continue
-    plant=(); [[ $d == */planted* ]] && plant=(--plant "${PLANT:-fp16_cache}")
+    plant=(); [[ $d == */planted* || $d == */foreignplanted/* ]] && plant=(--plant "${PLANT:-fp16_cache}")
     python3 scripts/acceptance_summary.py "$d" --by-path "${plant[@]}" | tee -a "$out/$tag-summary.txt"
   done
 fi
