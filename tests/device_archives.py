@@ -141,6 +141,16 @@ def check_job(runs: Runs, folder: str, uuid: str, want: tuple[int, int],
     assert (got["exit_code"], round(got["seconds"]["total"])) == want
 
 
+def check_factor_job(runs: Runs, folder: str, jobs: dict[str, tuple[str, int, int]],
+                     uuids: dict[str, str], minimum: int = 5) -> None:
+    """``check_job`` of a stored foreign job from ``jobs`` (folder -> (machine, exit code,
+    seconds)) on its machine's GPU (``uuids``), its machine factor's benches at
+    ``minimum`` samples a row."""
+    machine, code, seconds = jobs[folder]
+    check_job(runs, folder, uuids[machine], (code, seconds))
+    assert runs(folder, "production.json")["settings"]["projection_min_samples"] == minimum
+
+
 def ab_bench_times(runs: Runs, folder: str, part: str = "*") -> dict[str, dict]:
     """The time records the A/B's round benches of a stored run left (``SubprocessRunner``:
     started, ready, released, exiting, ended), keyed by their path under ``ab/``; ``part``
@@ -150,8 +160,9 @@ def ab_bench_times(runs: Runs, folder: str, part: str = "*") -> dict[str, dict]:
             for f in sorted(ab.glob(f"{part}/runs/round*/*.time.json"))}
 
 
-def summary(runs: Runs, folder: str) -> str:
-    """What scripts/acceptance_summary.py prints of one stored run."""
+def summary(runs: Runs, folder: str, *args: str) -> str:
+    """What scripts/acceptance_summary.py prints of one stored run (``args``: its options,
+    e.g. ``"--plant", "fp16_cache"``)."""
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "acceptance_summary.py"),
-                           str(runs.top / folder)], capture_output=True, text=True,
+                           str(runs.top / folder), *args], capture_output=True, text=True,
                           check=True).stdout

@@ -183,6 +183,13 @@ ARCHIVES = {
     # and a sixth: the same-model job alone, fresh
     "h100-2026-12-07-f.tar.gz": ("h100-2026-12-07-f", {
         "f1/aa/f380eb5c78ca/sm90": (False, False, 0, 380)}),
+    # the thirtieth session's two fresh H100s at f380eb5, the factor at 5 samples a row:
+    # foreign, then the planted 5% of fp16_cache judged as foreign (production alone)
+    "h100-2026-12-07-g.tar.gz": ("h100-2026-12-07-g", {
+        "g1/foreign/f380eb5c78ca/sm90": (True, False, 0, 380),
+        "g1/foreignplanted/f380eb5c78ca/sm90": (True, False, 1, 280),
+        "h1/foreign/f380eb5c78ca/sm90": (True, False, 0, 380),
+        "h1/foreignplanted/f380eb5c78ca/sm90": (True, False, 1, 280)}),
 }
 
 

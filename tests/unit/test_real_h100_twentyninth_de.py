@@ -32,9 +32,7 @@ JOBS = {FOREIGN["d1"]: ("d1", 0, 184), REGRESS["d1"]: ("d1", 1, 199),
 
 @pytest.mark.parametrize("folder", sorted(JOBS))
 def test_each_job_its_card_exit_time_and_factor_minimum(runs, folder):
-    machine, code, seconds = JOBS[folder]
-    da.check_job(runs, folder, UUIDS[machine], (code, seconds))
-    assert runs(folder, "production.json")["settings"]["projection_min_samples"] == 5
+    da.check_factor_job(runs, folder, JOBS, UUIDS)
 
 
 @pytest.mark.parametrize("machine", sorted(UUIDS))
