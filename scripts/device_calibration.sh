@@ -96,6 +96,14 @@ step() {  # name, then the command
   echo "$name rc=$? $(( $(date +%s) - t1 )) s" | tee -a "$out/$tag-times.txt"
   pack
 }
+plantedjob() {  # name, fraction, then extra job arguments: `harness job --steps gemm` with
+  # the slowdown plugin planted on $PLANT (fp16_cache), results and plant log under name/
+  local name=$1 fraction=$2; shift 2
+  step "$name" env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" HARNESS_PLANT_FRACTION="$fraction" \
+    HARNESS_PLANT_LOG_DIR="$res/$name/plant-log" \
+    python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/$name" --no-progress \
+    --plugin tests/planted/slowdown_plugin.py "$@" ${JOB_ARGS:-} && tail -14 "$logs/$tag-$name.log"
+}
 # the card, in the times file; STEPS_H200 (optional): the steps on an H200, STEPS on any
 # other card (a call that may get either does the useful thing for the card it gets)
 card=$(nvidia-smi --query-gpu=name,uuid --format=csv,noheader 2>/dev/null | head -1)
@@ -147,19 +155,9 @@ fi
 # planted job): tests/gpu/test_plant_sizing_gpu.py
 [[ $steps == *" plantcheck "* ]] && step plantcheck python3 -m pytest -q -p no:cacheprovider \
   tests/gpu/test_plant_sizing_gpu.py && tail -5 "$logs/$tag-plantcheck.log"
-[[ $steps == *" plantedjob3 "* ]] && step plantedjob3 env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
-  HARNESS_PLANT_FRACTION=0.03 HARNESS_PLANT_LOG_DIR="$res/plantedjob3/plant-log" \
-  python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob3" --no-progress \
-  --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-} && tail -14 "$logs/$tag-plantedjob3.log"
-[[ $steps == *" plantedjob3l "* ]] && step plantedjob3l env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
-  HARNESS_PLANT_FRACTION=0.03 HARNESS_PLANT_LOG_DIR="$res/plantedjob3l/plant-log" \
-  python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob3l" --no-progress \
-  --plugin tests/planted/slowdown_plugin.py --set ab_line_rounds=4 ${JOB_ARGS:-} \
-  && tail -14 "$logs/$tag-plantedjob3l.log"
-[[ $steps == *" plantedjob "* ]] && step plantedjob env HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" \
-  HARNESS_PLANT_FRACTION="${PLANT_FRACTION:-0.05}" HARNESS_PLANT_LOG_DIR="$res/plantedjob/plant-log" \
-  python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/plantedjob" --no-progress \
-  --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-} && tail -14 "$logs/$tag-plantedjob.log"
+[[ $steps == *" plantedjob3 "* ]] && plantedjob plantedjob3 0.03
+[[ $steps == *" plantedjob3l "* ]] && plantedjob plantedjob3l 0.03 --set ab_line_rounds=4
+[[ $steps == *" plantedjob "* ]] && plantedjob plantedjob "${PLANT_FRACTION:-0.05}"
 # foreign (issue 36): `nox -s bench-sm90` against the arch's reference model's baseline
 # alone (a copy of baselines/ without models/): on a GPU model that has its own baseline
 # (baselines/<arch>/models/<model>/), the job as a runner of a model without one runs it
@@ -199,12 +197,8 @@ rm -rf "$refroot"/*/models
 # as a runner without a baseline of its model (against the reference root, as foreign),
 # results under foreignplanted/: the planted slowdown must still fail on the planted path
 # alone
-[[ $steps == *" foreignplanted "* ]] && step foreignplanted env \
-  HARNESS_PLANT_PATH="${PLANT:-fp16_cache}" HARNESS_PLANT_FRACTION="${PLANT_FRACTION:-0.05}" \
-  HARNESS_PLANT_LOG_DIR="$res/foreignplanted/plant-log" \
-  python3 -m harness job --arch sm90 --steps gemm --mode graph --out "$res/foreignplanted" \
-  --baselines "$refroot" --no-progress --plugin tests/planted/slowdown_plugin.py ${JOB_ARGS:-} \
-  && tail -14 "$logs/$tag-foreignplanted.log"
+[[ $steps == *" foreignplanted "* ]] && plantedjob foreignplanted "${PLANT_FRACTION:-0.05}" \
+  --baselines "$refroot"
 # noxlast (issue 36's time line): `nox -s bench-sm90` after the foreign step and before the
 # regression is committed, on the same machine (build, case data and the baseline's
 # commit's extension all warm), results under aa3/: the same-model job's time beside the
