@@ -164,12 +164,15 @@ def test_the_h100_policy_reproduces_machine_to_machine(tmp_path):
     assert {a[k].path for k in both} == {"fp16_cache", "marlin_asym"}
 
 
-@pytest.mark.slow       # two CPU benches of the smoke matrix's GEMM cases, ~20 s
+@pytest.mark.slow       # four CPU benches of the smoke matrix's GEMM cases, ~30 s
 def test_a_planted_slowdown_that_loses_a_class_reads_winner_changed(tmp_path, monkeypatch,
                                                                    scratch_paths):
-    """CPU stand-ins, against the committed CPU baselines: native_int4 wins every smoke
-    class there; made 5x slower at M = 16 only, it loses that class to marlin_asym, whose
-    row there reads WINNER_CHANGED (information; failing with fail_on_winner_change=1)."""
+    """CPU stand-ins, against a baseline this machine records first: native_int4 wins every
+    smoke class there; made 5x slower at M = 16 only, it loses that class to marlin_asym,
+    whose row there reads WINNER_CHANGED (information; failing with fail_on_winner_change=1).
+    The committed baselines/cpu are not used: a 2-core CI machine ran the stand-ins 2.4x
+    slower than the machine that recorded them (2026-12-07), every row SLOWER, and SLOWER
+    outranks WINNER_CHANGED."""
     plugin = tmp_path / "slow_at_m16.py"
     plugin.write_text(
         "from harness.kernels.base import PATHS\n"
@@ -180,12 +183,16 @@ def test_a_planted_slowdown_that_loses_a_class_reads_winner_changed(tmp_path, mo
         "            super().run(prepared, A, out)\n"
         "        return out\n"
         "PATHS.replace('native_int4', SlowAtM16())\n")
-    # min_effect 100%: the CI machine is not the one that recorded baselines/cpu, and a
-    # stand-in there ran 11% slower (SLOWER outranks WINNER_CHANGED); the plant is +300%
-    args = ["bench", "--cpu", "--matrix", "smoke", "--filter", "kind == 'gemm'", "--paths",
-            "native_int4,marlin_asym", "--no-progress", "--set", "min_effect=1.0",
-            "--plugin", str(plugin)]
-    assert main([*args, "--out", str(tmp_path / "r")]) == 0
+    common = ["bench", "--cpu", "--matrix", "smoke", "--filter", "kind == 'gemm'", "--paths",
+              "native_int4,marlin_asym", "--no-progress"]
+    bl = tmp_path / "bl"
+    assert main([*common, "--out", str(tmp_path / "r0"), "--no-compare"]) == 0
+    [run0] = list((tmp_path / "r0").glob("*/cpu"))
+    assert main(["baseline", "accept", str(run0), "--root", str(bl), "--yes"]) == 0
+    # min_effect 100%: the other test worker shares the two cores; the plant is +400%
+    args = [*common, "--baselines", str(bl), "--set", "min_effect=1.0"]
+    planted = ["--plugin", str(plugin)]
+    assert main([*args, *planted, "--out", str(tmp_path / "r")]) == 0
     [run] = list((tmp_path / "r").glob("*/cpu"))
     gate = read_meta(run / "smoke.json").extra["gate"]["verdicts"]
     changed = {k for k, v in gate.items() if v == "WINNER_CHANGED"}
@@ -195,15 +202,16 @@ def test_a_planted_slowdown_that_loses_a_class_reads_winner_changed(tmp_path, mo
     assert main(["merge", str(run), "--out", str(tmp_path / "fleet")]) == 0
     md = (tmp_path / "fleet" / "summary.md").read_text()
     assert md.index("**Dispatch winner changed** (1 class") < md.index("**Machines**")
-    assert main(["report", str(run), "--baseline", str(ROOT / "baselines"),
+    assert main(["report", str(run), "--baseline", str(bl),
                  "--out", str(tmp_path / "rep")]) == 0
     md = (tmp_path / "rep" / "report.md").read_text()
     assert md.index("**Dispatch winner changed**") < md.index("Verdicts explained")
-    assert main([*args, "--out", str(tmp_path / "r2"), "--set", "fail_on_winner_change=1"]) == 1
+    assert main([*args, *planted, "--out", str(tmp_path / "r2"),
+                 "--set", "fail_on_winner_change=1"]) == 1
     # that run's policy, then a run dispatched by it: the rows' dispatch column is the policy's
     assert main(["policy", str(run), "--out", str(tmp_path / "pol"), "--matrix", "smoke"]) == 0
     monkeypatch.setenv("HARNESS_DISPATCH_POLICY", str(tmp_path / "pol" / "cpu.json"))
-    assert main([*args[:-2], "--out", str(tmp_path / "r3"), "--no-compare"]) == 0
+    assert main([*common, "--out", str(tmp_path / "r3"), "--no-compare"]) == 0
     [run3] = list((tmp_path / "r3").glob("*/cpu"))
     rows = {r["case_id"]: r for r in csv.DictReader(open(run3 / "smoke.csv"))
             if r["path"] == "marlin_asym"}
