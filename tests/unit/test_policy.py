@@ -170,7 +170,7 @@ def test_a_planted_slowdown_that_loses_a_class_reads_winner_changed(tmp_path, mo
     """CPU stand-ins, against a baseline this machine records first: native_int4 wins every
     smoke class there; made 5x slower at M = 16 only, it loses that class to marlin_asym,
     whose row there reads WINNER_CHANGED (information; failing with fail_on_winner_change=1).
-    The committed baselines/cpu are not used: a 2-core CI machine ran the stand-ins 2.4x
+    The committed baselines/cpu are not used: a 2-core CI machine ran the stand-ins 1.9-2.6x
     slower than the machine that recorded them (2026-12-07), every row SLOWER, and SLOWER
     outranks WINNER_CHANGED."""
     plugin = tmp_path / "slow_at_m16.py"
