@@ -305,7 +305,10 @@ def test_a_five_percent_slowdown_is_slower_on_cpu_timed_data():
     # another test process one comparison read the planted 5% at p = 0.018 (0.2 s), 0.023
     # (0.4 s) and 0.13 (0.8 s; CI runs of 2026-12-05, medians +5.4..+5.5%): AMBIGUOUS. So
     # the whole comparison (clean, planted, re-measured, and its A/A control) gets up to
-    # CPU_TIMED_ATTEMPTS tries; every try's A/A control must hold, one try must call SLOWER.
+    # CPU_TIMED_ATTEMPTS tries; every try's A/A control must hold, one try must call SLOWER
+    # and read the planted 5% at its size. A burst of the other worker's load during the
+    # planted re-measurement alone once read +64.5% for a first +5.7% (CI of 2026-12-07):
+    # a try whose size is that far off was disturbed and gets the next try.
     over = {"warmup_ms": 2, "max_case_seconds": 0.8, "min_samples": 10, "max_samples": 100000,
             "target_rel_spread": 0.002}
     if "gate_eager_speed" in SETTING_TYPES:
@@ -331,11 +334,11 @@ def test_a_five_percent_slowdown_is_slower_on_cpu_timed_data():
         assert aa.verdict != Verdict.SLOWER, aa.reasons   # the A/A control is never slower
         result = evaluate(cur, base, settings, remeasure=lambda keys: (clean_run(), slow_run()))
         v = result.verdicts[0]
-        tries.append(v.reasons)
-        if v.verdict == Verdict.SLOWER:
+        tries.append((v.verdict.name, v.first_change, v.time_change, v.reasons))
+        if v.verdict == Verdict.SLOWER and 0.03 < v.time_change < 0.20:
             break
     assert v.verdict == Verdict.SLOWER and v.fails and result.exit_code == 1, tries
-    assert 0.03 < v.time_change < 0.20
+    assert 0.03 < v.time_change < 0.20, tries
 
 
 def test_the_spin_period_leaves_the_node_a_bounded_share_of_the_planted_time():
