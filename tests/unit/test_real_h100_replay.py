@@ -191,13 +191,14 @@ ARCHIVES = {
         "h1/foreign/f380eb5c78ca/sm90": (True, False, 0, 380),
         "h1/foreignplanted/f380eb5c78ca/sm90": (True, False, 1, 280)}),
     # the thirty-third session's three fresh H100s at f380eb5: on i1 the foreign job fresh
-    # and warm, then the same-model job warm; on j1 and k1 the same-model job alone, fresh
+    # and warm, then the same-model job warm; on j1, k1 and m1 the same-model job alone, fresh
     "h100-2026-12-07-i.tar.gz": ("h100-2026-12-07-i", {
         "i1/foreign/f380eb5c78ca/sm90": (True, False, 0, 380),
         "i1/foreign2/f380eb5c78ca/sm90": (True, False, 0, 380),
         "i1/aa3/f380eb5c78ca/sm90": (False, False, 0, 380),
         "j1/aa/f380eb5c78ca/sm90": (False, False, 0, 380),
-        "k1/aa/f380eb5c78ca/sm90": (False, False, 0, 380)}),
+        "k1/aa/f380eb5c78ca/sm90": (False, False, 0, 380),
+        "m1/aa/f380eb5c78ca/sm90": (False, False, 0, 380)}),
 }
 
 

@@ -1,7 +1,7 @@
-"""The thirty-third session's device calls i1, j1 and k1, three fresh H100s at f380eb5
+"""The thirty-third session's device calls i1, j1, k1 and m1, four fresh H100s at f380eb5
 (docs/measurement.md §16.24), read back on a CPU from docs/data/h100-2026-12-07-i.tar.gz:
-i1 ran the foreign job fresh, again warm, then the same-model job warm (``noxlast``); j1
-and k1 each ran the same-model job alone, fresh. The foreign jobs ran with the machine
+i1 ran the foreign job fresh, again warm, then the same-model job warm (``noxlast``); j1,
+k1 and m1 each ran the same-model job alone, fresh. The foreign jobs ran with the machine
 factor's benches at 5 samples a row (`--set projection_min_samples=5`, the default since
 6b75ec5, f380eb5 predates it). Each call asked for an H200 and got an H100. The figures
 the docs quote are these files'; test_real_h100_replay.py replays the five jobs' verdicts
@@ -21,13 +21,15 @@ runs_g = da.archive_fixture("h100-2026-12-07-g.tar.gz", "h100-2026-12-07-g")
 HEAD = "f380eb5c78ca"
 UUIDS = {"i1": "559f9cba-d7b4-1060-57f6-a52b500e540d",
          "j1": "42d6804c-caf4-7c54-8b1d-626efffa9d5f",
-         "k1": "54c822e7-6cc5-d0e4-3008-c708aba6dfb5"}
+         "k1": "54c822e7-6cc5-d0e4-3008-c708aba6dfb5",
+         "m1": "5d517126-43f8-615d-60e0-50560ef53fef"}
 FOREIGN, FOREIGN2 = f"i1/foreign/{HEAD}/sm90", f"i1/foreign2/{HEAD}/sm90"
 SAME_WARM = f"i1/aa3/{HEAD}/sm90"
-SAME_FRESH = {m: f"{m}/aa/{HEAD}/sm90" for m in ("j1", "k1")}
+SAME_FRESH = {m: f"{m}/aa/{HEAD}/sm90" for m in ("j1", "k1", "m1")}
 #: run folder -> (machine, exit code, job seconds)
 JOBS = {FOREIGN: ("i1", 0, 160), FOREIGN2: ("i1", 0, 141), SAME_WARM: ("i1", 0, 89),
-        SAME_FRESH["j1"]: ("j1", 0, 128), SAME_FRESH["k1"]: ("k1", 0, 108)}
+        SAME_FRESH["j1"]: ("j1", 0, 128), SAME_FRESH["k1"]: ("k1", 0, 108),
+        SAME_FRESH["m1"]: ("m1", 0, 107)}
 
 
 @pytest.mark.parametrize("folder", sorted(JOBS))
@@ -48,10 +50,10 @@ def test_the_foreign_jobs_pass_with_every_gated_row_judged(runs, folder):
 
 
 @pytest.mark.parametrize("folder, sent", [(SAME_WARM, 2), (SAME_FRESH["j1"], 9),
-                                          (SAME_FRESH["k1"], 4)])
+                                          (SAME_FRESH["k1"], 4), (SAME_FRESH["m1"], 3)])
 def test_the_same_model_jobs_pass_and_what_their_ab_measured(runs, folder, sent):
     """Against the H100's own baseline (5d57ec3): every gated row SAME or FASTER, and each
-    job's screen sent a few rows to its A/B (2, 9 and 4), all read SAME: a same-model job
+    job's screen sent a few rows to its A/B (2, 9, 4 and 3), all read SAME: a same-model job
     with nothing to A/B, as f1's, is not the usual case on these machines."""
     assert da.failing(runs, folder) == {}
     measured = {f"{m}:{k}": v["verdict"] for m in ("production", "swiglu")
@@ -62,12 +64,13 @@ def test_the_same_model_jobs_pass_and_what_their_ab_measured(runs, folder, sent)
 
 def test_where_the_jobs_time_went(runs):
     """i1's foreign job fresh and warm: the factor 20.6 s and 19.8 s, the A/B 57.8 s and
-    53.2 s; the same-model jobs' A/B 17.5 s (warm, i1), 33.0 s and 18.8 s (fresh, j1 and
-    k1)."""
+    53.2 s; the same-model jobs' A/B 17.5 s (warm, i1), 33.0 s, 18.8 s and 11.6 s (fresh,
+    j1, k1 and m1)."""
     secs = {f: runs(f, "job.json")["seconds"] for f in JOBS}
     assert [round(secs[f]["machine factor"], 1) for f in (FOREIGN, FOREIGN2)] == [20.6, 19.8]
     assert [round(secs[f]["A/B"], 1) for f in (FOREIGN, FOREIGN2, SAME_WARM, SAME_FRESH["j1"],
-                                                SAME_FRESH["k1"])] == [57.8, 53.2, 17.5, 33.0, 18.8]
+                                                SAME_FRESH["k1"], SAME_FRESH["m1"])] \
+        == [57.8, 53.2, 17.5, 33.0, 18.8, 11.6]
 
 
 def test_the_warm_ratio_on_one_machine(runs):
@@ -79,26 +82,27 @@ def test_the_warm_ratio_on_one_machine(runs):
 
 def test_fresh_jobs_pooled_over_machines(runs, runs_d, runs_f, runs_g):
     """Every fresh job at f380eb5 with the factor at 5: five foreign jobs (d1, e1, g1, h1,
-    i1: 128-184 s, median 159.7 s) and three same-model jobs (f1, j1, k1: 76-128 s, median
-    108.0 s). The medians' ratio is 1.48x; against f1 alone (nothing to A/B) 2.10x. The
+    i1: 128-184 s, median 159.7 s) and four same-model jobs (f1, j1, k1, m1: 76-128 s,
+    median 107.3 s). The medians' ratio is 1.49x; against f1 alone (nothing to A/B) 2.10x. The
     same-model job's own A/B (0-33 s) moves the ratio as much as anything the foreign job
     does."""
     foreign = [r(f"{m}/foreign/{HEAD}/sm90", "job.json")["seconds"]["total"]
                for r, m in ((runs_d, "d1"), (runs_d, "e1"), (runs_g, "g1"), (runs_g, "h1"),
                             (runs, "i1"))]
     same = [r(f"{m}/aa/{HEAD}/sm90", "job.json")["seconds"]["total"]
-            for r, m in ((runs_f, "f1"), (runs, "j1"), (runs, "k1"))]
+            for r, m in ((runs_f, "f1"), (runs, "j1"), (runs, "k1"), (runs, "m1"))]
     assert [round(t) for t in foreign] == [184, 128, 158, 165, 160]
-    assert [round(t) for t in same] == [76, 128, 108]
+    assert [round(t) for t in same] == [76, 128, 108, 107]
     fm, sm = statistics.median(foreign), statistics.median(same)
-    assert (round(fm, 1), round(sm, 1), round(fm / sm, 2)) == (159.7, 108.0, 1.48)
+    assert (round(fm, 1), round(sm, 1), round(fm / sm, 2)) == (159.7, 107.3, 1.49)
     assert round(fm / min(same), 2) == 2.10
 
 
 @pytest.mark.parametrize("folder, benches, rows", [(FOREIGN, 21, 218), (FOREIGN2, 21, 192),
                                                    (SAME_WARM, 14, 20),
                                                    (SAME_FRESH["j1"], 14, 86),
-                                                   (SAME_FRESH["k1"], 14, 40)])
+                                                   (SAME_FRESH["k1"], 14, 40),
+                                                   (SAME_FRESH["m1"], 6, 18)])
 def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
     assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
             in da.summary(runs, folder))
