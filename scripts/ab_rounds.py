@@ -3,6 +3,7 @@ A/B's verdict pools, to see whether a close call came from one round or from all
 
     python scripts/ab_rounds.py RUN_DIR [--path fp16_cache] [--extended] [--row KEY ...]
     python scripts/ab_rounds.py RUN_DIR --summary
+    python scripts/ab_rounds.py RUN_DIR [RUN_DIR ...] --sequential
 
 RUN_DIR is a job's stored run (``<results>/<commit>/<arch>``). Its A/B benches lie under
 ``ab/<matrices>/runs/roundR/<side>/`` (side ``B``, and ``A`` or one ``A@<commit>`` per
@@ -17,7 +18,15 @@ rounds over the rows the A/B read (round 0's side B is the bench
 reading the screen chose those rows by), and how many of them the extra-rounds rule
 (``ab_undecided_se`` standard errors of ``min_effect``, on the means of the rounds' log
 medians) would call close on the first three rounds, with side B's round 0 and without it
-(docs/measurement.md §16.10). Reads files only, so it runs wherever the results were copied.
+(docs/measurement.md §16.10).
+
+``--sequential``: what stopping the extra rounds early would have saved. For each row
+judged on extra rounds, the first round count (after the first three) at which its change
+lies ``ab_undecided_se`` standard errors or more from ``min_effect`` (decided: SLOWER above
+the line, SAME below); a job could stop when every such row is decided. Counts the rows
+that would have stopped SAME where the job read SLOWER (a lost slowdown) or SLOWER where
+it did not (a false alarm), and the extra rounds saved (docs/measurement.md §16.24).
+Reads files only, so it runs wherever the results were copied.
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import json
 import math
 import statistics
 import sys
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,8 +62,10 @@ def _times(folders: list[Path], mode: str) -> dict[Key, float]:
 
 
 def _sides(round_dir: Path) -> tuple[list[Path], list[Path]]:
-    """A's result folders (one per baseline commit) and B's, of one round."""
-    dirs = sorted(p for p in round_dir.iterdir() if p.is_dir())
+    """A's result folders (one per baseline commit) and B's, of one round. A folder without
+    a CSV is left out: an extra round's bench held for a commit none of whose rows was
+    undecided is released without measuring (its folder empty, b1 of 2026-12-07)."""
+    dirs = sorted(p for p in round_dir.iterdir() if p.is_dir() and any(p.rglob("*.csv")))
     return ([p for p in dirs if p.name == "A" or p.name.startswith("A@")],
             [p for p in dirs if p.name == "B"])
 
@@ -156,9 +168,65 @@ def summary(run_dir: Path, mode: str = "graph", min_effect: float = 0.02,
             f"extra rounds, {on_0_2} on rounds 0-2, {on_1_3} on rounds 1-3")
 
 
+def sequential(run_dir: Path, mode: str = "graph", min_effect: float = 0.02,
+               z: float = 2.5) -> tuple[int, int, list[int], list[str]]:
+    """(rounds the job measured, rounds it needed, each extended row's stop round, the rows
+    whose early verdict differs from the stored one: "LOST key" or "FALSE key"). A job
+    with no row on extra rounds gives (0, 0, [], [])."""
+    stored = stored_readings(run_dir)
+    line = math.log1p(min_effect)
+    key = ("row", "path", "mode")
+    stops, wrong, measured = [], [], 0
+    for row, per_round in sorted(rounds_of(run_dir, mode).items()):
+        reading = stored.get("|".join(row), {})
+        if not reading.get("rounds") or len(per_round) <= 3:
+            continue
+        order = sorted(per_round)
+        measured = max(measured, len(order))
+        stop = len(order)
+        for n in range(4, len(order)):
+            a, b = [per_round[r][0] for r in order[:n]], [per_round[r][1] for r in order[:n]]
+            se, _ = mean_difference_se([{key: t} for t in a], [{key: t} for t in b])[key]
+            diff = statistics.fmean(map(math.log, b)) - statistics.fmean(map(math.log, a))
+            if abs(diff - line) >= z * se:
+                stop = n
+                early = "SLOWER" if diff > line else "SAME"
+                if early == "SAME" and reading.get("verdict") == "SLOWER":
+                    wrong.append(f"LOST {'|'.join(row)}")
+                elif early == "SLOWER" and reading.get("verdict") != "SLOWER":
+                    wrong.append(f"FALSE {'|'.join(row)}")
+                break
+        stops.append(stop)
+    return measured, max(stops, default=0), stops, wrong
+
+
+def sequential_report(runs: list[Path], mode: str = "graph") -> list[str]:
+    """One line per job with extra rounds, then the total (``--sequential``)."""
+    out, needed, saved, extra, rows, wrong = [], Counter(), 0, 0, 0, []
+    for run in runs:
+        measured, need, stops, bad = sequential(run, mode)
+        if not stops:
+            continue
+        out.append(f"{run}: {len(stops)} rows on extra rounds, stop rounds "
+                   f"{sorted(stops)}; the job needed {need} of {measured}"
+                   + "".join(f"; {b}" for b in bad))
+        needed[need] += 1
+        saved += measured - need
+        extra += measured - 3
+        rows += len(stops)
+        wrong += bad
+    out.append(f"{sum(needed.values())} jobs, {rows} rows on extra rounds; jobs by rounds "
+               f"needed: {dict(sorted(needed.items()))}; extra rounds saved {saved} of "
+               f"{extra}; lost slowdowns {sum(w.startswith('LOST') for w in wrong)}, false "
+               f"alarms {sum(w.startswith('FALSE') for w in wrong)}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run", type=Path, help="a job's stored run directory (.../<commit>/<arch>)")
+    p.add_argument("run", type=Path, nargs="+",
+                   help="a job's stored run directory (.../<commit>/<arch>); several with "
+                   "--sequential")
     p.add_argument("--mode", default="graph", help="the timing mode (default graph)")
     p.add_argument("--path", default=None, help="only this path's rows")
     p.add_argument("--extended", action="store_true",
@@ -167,15 +235,26 @@ def main(argv: list[str] | None = None) -> int:
                    help="only this row ('case|path' or 'case|path|mode'; repeatable)")
     p.add_argument("--summary", action="store_true",
                    help="round 0 against the later rounds, and the close calls without it")
+    p.add_argument("--sequential", action="store_true",
+                   help="what stopping the extra rounds once every row is decided would "
+                   "have saved, over the jobs given")
     args = p.parse_args(argv)
-    if not (args.run / "ab").is_dir():
-        print(f"ab_rounds: {args.run} has no ab/ folder (no A/B ran for this run)",
+    missing = [r for r in args.run if not (r / "ab").is_dir()]
+    if missing:
+        print(f"ab_rounds: {missing[0]} has no ab/ folder (no A/B ran for this run)",
               file=sys.stderr)
         return 2
-    if args.summary:
-        print(summary(args.run, args.mode))
+    if args.sequential:
+        print("\n".join(sequential_report(args.run, args.mode)))
         return 0
-    for line in lines(args.run, args.mode, args.path, args.extended, tuple(args.row)):
+    if len(args.run) > 1:
+        print("ab_rounds: one run directory, except with --sequential", file=sys.stderr)
+        return 2
+    run = args.run[0]
+    if args.summary:
+        print(summary(run, args.mode))
+        return 0
+    for line in lines(run, args.mode, args.path, args.extended, tuple(args.row)):
         print(line)
     return 0
 

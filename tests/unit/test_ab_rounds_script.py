@@ -1,6 +1,7 @@
-"""scripts/ab_rounds.py on the sixteenth session's stored jobs (docs/data/
-h100-2026-12-06-p.tar.gz): each row's rounds as the A/B measured them, and the lift of a
-foreign job's round 0 that docs/measurement.md §16.10 quotes."""
+"""scripts/ab_rounds.py on stored jobs (docs/data/h100-2026-12-06-p.tar.gz, the sixteenth
+session's; -07-b and -07-i for the early-stop study): each row's rounds as the A/B measured
+them, the lift of a foreign job's round 0 that docs/measurement.md §16.10 quotes, and what
+stopping the extra rounds early would have saved (§16.24)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,56 @@ def test_a_run_without_an_ab_says_so(tmp_path):
     got = subprocess.run([sys.executable, str(ROOT / "scripts" / "ab_rounds.py"),
                           str(tmp_path)], capture_output=True, text=True, check=False)
     assert got.returncode == 2 and "has no ab/ folder" in got.stderr
+
+
+runs_b = archive_fixture("h100-2026-12-07-b.tar.gz", "h100-2026-12-07-b")
+runs_i = archive_fixture("h100-2026-12-07-i.tar.gz", "h100-2026-12-07-i")
+
+
+def test_stopping_early_would_not_have_lost_the_planted_three_percent(runs):
+    """p4's planted 3% (44 rows on extra rounds): 11 would have stopped SLOWER at 4-5
+    rounds, the rest needed all 7, so the job needed 7; none would have stopped SAME."""
+    measured, need, stops, wrong = ab_rounds.sequential(_run(runs, "p4", "plantedjob3"))
+    assert (measured, need, len(stops), wrong) == (7, 7, 44, [])
+    assert sorted(stops)[:11] == [4] * 6 + [5] * 5 and stops.count(7) == 33
+
+
+def test_stopping_early_on_foreign_jobs_at_f380eb5(runs_b, runs_i):
+    """i1's fresh foreign job: 10 rows on extra rounds, one of them undecided until the
+    seventh; b1's warm one (whose extra rounds held an empty bench for a commit with no
+    row left: its folder has no CSV and is skipped) could have stopped after six."""
+    got = ab_rounds.sequential_report(
+        [runs_i.top / "i1" / "foreign" / "f380eb5c78ca" / "sm90",
+         runs_b.top / "b1" / "foreign2" / "f380eb5c78ca" / "sm90"])
+    assert got[-1] == ("2 jobs, 15 rows on extra rounds; jobs by rounds needed: {6: 1, 7: 1}; "
+                       "extra rounds saved 1 of 8; lost slowdowns 0, false alarms 0")
+    assert "stop rounds [4, 4, 4, 5, 5, 5, 5, 6, 6, 7]; the job needed 7 of 7" in got[0]
+
+
+def test_an_early_verdict_against_the_stored_one_is_counted(monkeypatch, tmp_path):
+    """Synthetic rounds: a row far above the line by its fourth round that the job read
+    SAME is a false alarm; one far below that it read SLOWER a lost slowdown; a row
+    with only its first three rounds is not on extra rounds."""
+    key = ("c", "p", "graph")
+    steady = {r: (100.0, t) for r, t in enumerate([110.0, 110.2, 109.8, 110.1, 110.0])}
+    low = {r: (100.0, t) for r, t in enumerate([100.1, 99.9, 100.0, 100.1, 99.9])}
+    three = {r: (100.0, 101.0) for r in range(3)}
+    monkeypatch.setattr(ab_rounds, "rounds_of", lambda run, mode="graph": {
+        key: steady, ("d", "p", "graph"): low, ("e", "p", "graph"): three})
+    monkeypatch.setattr(ab_rounds, "stored_readings", lambda run: {
+        "c|p|graph": {"verdict": "SAME", "rounds": 5},
+        "d|p|graph": {"verdict": "SLOWER", "rounds": 5},
+        "e|p|graph": {"verdict": "SAME"}})
+    assert ab_rounds.sequential(tmp_path) == (5, 4, [4, 4], ["FALSE c|p|graph",
+                                                             "LOST d|p|graph"])
+
+
+def test_several_runs_need_the_sequential_option(runs):
+    run = str(_run(runs, "p3", "foreign"))
+    script = str(ROOT / "scripts" / "ab_rounds.py")
+    got = subprocess.run([sys.executable, script, run, run], capture_output=True, text=True,
+                         check=False)
+    assert got.returncode == 2 and "except with --sequential" in got.stderr
+    got = subprocess.run([sys.executable, script, run, run, "--sequential"],
+                         capture_output=True, text=True, check=False)
+    assert got.returncode == 0 and got.stdout.splitlines()[-1].startswith("2 jobs, "), got.stderr

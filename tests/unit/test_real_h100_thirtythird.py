@@ -106,3 +106,15 @@ def test_fresh_jobs_pooled_over_machines(runs, runs_d, runs_f, runs_g):
 def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
     assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
             in da.summary(runs, folder))
+
+
+@pytest.mark.parametrize("folder, span", [(FOREIGN, 24.5), (FOREIGN2, 19.4), (SAME_WARM, 9.2),
+                                          (SAME_FRESH["j1"], 15.7), (SAME_FRESH["k1"], 9.0)])
+def test_what_the_extra_rounds_took(runs, folder, span):
+    """From the end of the A/B's third round to the end of its seventh (the extra rounds
+    of the rows left undecided), by the benches' own time records: 19-25 s of the foreign
+    jobs' A/B, 9-16 s of the same-model jobs'."""
+    times = da.ab_bench_times(runs, folder).values()
+    third = max(t["ended"] for t in times if t["round"] <= 2)
+    assert max(t["round"] for t in times) == 6
+    assert round(max(t["ended"] for t in times) - third, 1) == span
