@@ -4,7 +4,7 @@ i1 ran the foreign job fresh, again warm, then the same-model job warm (``noxlas
 k1 and m1 each ran the same-model job alone, fresh. The foreign jobs ran with the machine
 factor's benches at 5 samples a row (`--set projection_min_samples=5`, the default since
 6b75ec5, f380eb5 predates it). Each call asked for an H200 and got an H100. The figures
-the docs quote are these files'; test_real_h100_replay.py replays the five jobs' verdicts
+the docs quote are these files'; test_real_h100_replay.py replays the six jobs' verdicts
 with `harness report`."""
 
 from __future__ import annotations
