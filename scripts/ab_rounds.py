@@ -131,15 +131,20 @@ def lines(run_dir: Path, mode: str = "graph", path: str | None = None,
     return out
 
 
-def close_call(a: list[float], b: list[float], min_effect: float, z: float) -> bool:
-    """The extra-rounds rule on round medians: the difference of the sides' mean log
-    medians within ``z`` standard errors (``stats.mean_difference_se``, as the A/B's
-    ``undecided`` uses) of log1p(min_effect), or beyond it."""
+def _from_line(a: list[float], b: list[float], min_effect: float) -> tuple[float, float]:
+    """(the difference of the sides' mean log medians minus log1p(min_effect), its standard
+    error ``stats.mean_difference_se``, as the A/B's ``undecided`` uses)."""
     key = ("row", "path", "mode")
     se, _ = mean_difference_se([{key: t} for t in a], [{key: t} for t in b])[key]
     diff = statistics.fmean(map(math.log, b)) - statistics.fmean(map(math.log, a))
-    line = math.log1p(min_effect)
-    return diff > line or abs(diff - line) < z * se
+    return diff - math.log1p(min_effect), se
+
+
+def close_call(a: list[float], b: list[float], min_effect: float, z: float) -> bool:
+    """The extra-rounds rule on round medians: the difference of the sides' mean log
+    medians within ``z`` standard errors of log1p(min_effect), or beyond it."""
+    distance, se = _from_line(a, b, min_effect)
+    return distance > 0 or abs(distance) < z * se
 
 
 def summary(run_dir: Path, mode: str = "graph", min_effect: float = 0.02,
@@ -174,8 +179,6 @@ def sequential(run_dir: Path, mode: str = "graph", min_effect: float = 0.02,
     whose early verdict differs from the stored one: "LOST key" or "FALSE key"). A job
     with no row on extra rounds gives (0, 0, [], [])."""
     stored = stored_readings(run_dir)
-    line = math.log1p(min_effect)
-    key = ("row", "path", "mode")
     stops, wrong, measured = [], [], 0
     for row, per_round in sorted(rounds_of(run_dir, mode).items()):
         reading = stored.get("|".join(row), {})
@@ -185,12 +188,11 @@ def sequential(run_dir: Path, mode: str = "graph", min_effect: float = 0.02,
         measured = max(measured, len(order))
         stop = len(order)
         for n in range(4, len(order)):
-            a, b = [per_round[r][0] for r in order[:n]], [per_round[r][1] for r in order[:n]]
-            se, _ = mean_difference_se([{key: t} for t in a], [{key: t} for t in b])[key]
-            diff = statistics.fmean(map(math.log, b)) - statistics.fmean(map(math.log, a))
-            if abs(diff - line) >= z * se:
+            distance, se = _from_line([per_round[r][0] for r in order[:n]],
+                                      [per_round[r][1] for r in order[:n]], min_effect)
+            if abs(distance) >= z * se:
                 stop = n
-                early = "SLOWER" if diff > line else "SAME"
+                early = "SLOWER" if distance > 0 else "SAME"
                 if early == "SAME" and reading.get("verdict") == "SLOWER":
                     wrong.append(f"LOST {'|'.join(row)}")
                 elif early == "SLOWER" and reading.get("verdict") != "SLOWER":
