@@ -190,7 +190,7 @@ ARCHIVES = {
         "g1/foreignplanted/f380eb5c78ca/sm90": (True, False, 1, 280),
         "h1/foreign/f380eb5c78ca/sm90": (True, False, 0, 380),
         "h1/foreignplanted/f380eb5c78ca/sm90": (True, False, 1, 280)}),
-    # the thirty-third session's three fresh H100s at f380eb5: on i1 the foreign job fresh
+    # the thirty-third session's four fresh H100s at f380eb5: on i1 the foreign job fresh
     # and warm, then the same-model job warm; on j1, k1 and m1 the same-model job alone, fresh
     "h100-2026-12-07-i.tar.gz": ("h100-2026-12-07-i", {
         "i1/foreign/f380eb5c78ca/sm90": (True, False, 0, 380),
