@@ -166,3 +166,10 @@ def summary(runs: Runs, folder: str, *args: str) -> str:
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "acceptance_summary.py"),
                            str(runs.top / folder), *args], capture_output=True, text=True,
                           check=True).stdout
+
+
+def check_ab_benches_own_rows(runs: Runs, folder: str, benches: int, rows: int) -> None:
+    """The A/B of a stored run timed ``rows`` rows in ``benches`` benches, and none of them
+    outside the rows its row files asked for (the fix of 4a92d54)."""
+    assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
+            in summary(runs, folder))

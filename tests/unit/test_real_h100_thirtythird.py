@@ -104,8 +104,7 @@ def test_fresh_jobs_pooled_over_machines(runs, runs_d, runs_f, runs_g):
                                                    (SAME_FRESH["k1"], 14, 40),
                                                    (SAME_FRESH["m1"], 6, 18)])
 def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
-    assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
-            in da.summary(runs, folder))
+    da.check_ab_benches_own_rows(runs, folder, benches, rows)
 
 
 @pytest.mark.parametrize("folder, span", [(FOREIGN, 24.5), (FOREIGN2, 19.4), (SAME_WARM, 9.2),

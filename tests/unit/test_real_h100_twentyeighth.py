@@ -70,8 +70,7 @@ def test_the_warm_foreign_job_against_the_same_model_job_on_two_h100s(runs, runs
 @pytest.mark.parametrize("folder, benches, rows", [(FOREIGN, 21, 158), (FOREIGN2, 17, 208),
                                                    (SAME, 6, 174)])
 def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
-    assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
-            in da.summary(runs, folder))
+    da.check_ab_benches_own_rows(runs, folder, benches, rows)
 
 
 def test_the_factor_at_five_samples_replayed_on_b1(runs, capsys):

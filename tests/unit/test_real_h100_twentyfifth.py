@@ -43,8 +43,7 @@ def test_the_regression_fails_fp16_cache_and_nothing_else(runs):
 
 @pytest.mark.parametrize("folder, benches, rows", [(FOREIGN, 21, 170), (REGRESS, 21, 626)])
 def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
-    assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
-            in da.summary(runs, folder))
+    da.check_ab_benches_own_rows(runs, folder, benches, rows)
 
 
 def test_where_the_fresh_foreign_jobs_time_went(runs):

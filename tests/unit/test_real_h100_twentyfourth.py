@@ -16,6 +16,7 @@ from device_archives import (
     GSPLIT_FASTER,
     ab_measured,
     archive_fixture,
+    check_ab_benches_own_rows,
     check_every_gated_row_judged,
     check_job,
     failing,
@@ -61,8 +62,7 @@ def test_the_regression_fails_fp16_cache_and_nothing_else(runs):
 def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
     """The fix of 4a92d54 on a GPU: no A/B bench timed a row its row file did not ask for
     (w1 at 1768dae: 126 of 180), and no fused pair row without native_int4's."""
-    assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
-            in summary(runs, folder))
+    check_ab_benches_own_rows(runs, folder, benches, rows)
     for bench in glob.glob(str(runs.top / folder / "ab/*/runs/round*/*/*/sm90")):
         swiglu = Path(bench, "swiglu.csv")
         if swiglu.exists():

@@ -85,5 +85,4 @@ def test_the_warm_ratio_against_an_idle_same_model_job(runs):
 @pytest.mark.parametrize("folder, benches, rows", [(FOREIGN, 21, 196), (FOREIGN2, 21, 158),
                                                    (FOREIGN5, 21, 162), (SAME, 6, 6)])
 def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
-    assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
-            in da.summary(runs, folder))
+    da.check_ab_benches_own_rows(runs, folder, benches, rows)

@@ -84,8 +84,7 @@ def test_where_the_fresh_foreign_jobs_time_went(runs):
                                                    (FOREIGN["e1"], 9, 108),
                                                    (REGRESS["e1"], 21, 548)])
 def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
-    assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
-            in da.summary(runs, folder))
+    da.check_ab_benches_own_rows(runs, folder, benches, rows)
 
 
 def test_the_fresh_foreign_jobs_against_a_fresh_same_model_job(runs, runs_f):

@@ -69,8 +69,7 @@ def test_the_same_model_job_fails_nothing_its_one_error_a_peer_row(runs):
 @pytest.mark.parametrize("folder, benches, rows", [(FOREIGN, 21, 214), (FOREIGN2, 21, 130),
                                                    (SAME, 14, 52)])
 def test_every_ab_bench_timed_only_its_own_rows(runs, folder, benches, rows):
-    assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
-            in da.summary(runs, folder))
+    da.check_ab_benches_own_rows(runs, folder, benches, rows)
 
 
 def test_the_held_extra_round_benches_barely_waited(runs):
