@@ -171,5 +171,6 @@ def summary(runs: Runs, folder: str, *args: str) -> str:
 def check_ab_benches_own_rows(runs: Runs, folder: str, benches: int, rows: int) -> None:
     """The A/B of a stored run timed ``rows`` rows in ``benches`` benches, and none of them
     outside the rows its row files asked for (the fix of 4a92d54)."""
-    assert (f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
-            in summary(runs, folder))
+    said = summary(runs, folder)
+    want = f"A/B benches: {benches}, {rows} rows timed, 0 of them not in their row files"
+    assert want in said, said      # a helper module: pytest does not rewrite this assert
