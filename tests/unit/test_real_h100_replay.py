@@ -199,6 +199,9 @@ ARCHIVES = {
         "j1/aa/f380eb5c78ca/sm90": (False, False, 0, 380),
         "k1/aa/f380eb5c78ca/sm90": (False, False, 0, 380),
         "m1/aa/f380eb5c78ca/sm90": (False, False, 0, 380)}),
+    # the thirty-sixth session's fresh H100 at f380eb5: the same-model job alone
+    "h100-2026-12-08-n.tar.gz": ("h100-2026-12-08-n", {
+        "n1/aa/f380eb5c78ca/sm90": (False, False, 0, 380)}),
 }
 
 
