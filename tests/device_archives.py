@@ -124,10 +124,12 @@ def failing(runs: Runs, folder: str,
 
 
 def ab_measured(runs: Runs, folder: str) -> dict[str, dict]:
-    """The rows a stored foreign job measured A/B (production and swiglu; not the rows it
-    only projected): key -> its ``ab_confirm`` reading."""
+    """The rows a stored job measured A/B (production and swiglu; not the rows a foreign
+    job only projected; none of a matrix without an A/B): key -> its ``ab_confirm``
+    reading."""
     return {k: v for m in ("production", "swiglu")
-            for k, v in runs(folder, f"{m}.json")["ab_confirm"]["rows"].items()
+            for k, v in (runs(folder, f"{m}.json").get("ab_confirm") or {})
+            .get("rows", {}).items()
             if v.get("source") != "projected"}
 
 

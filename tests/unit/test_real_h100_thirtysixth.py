@@ -31,9 +31,7 @@ def test_the_same_model_job_passes_and_what_its_ab_measured(runs):
     verdicts = {s["matrix"]: s["verdicts"] for s in runs(SAME, "job.json")["steps"]}
     assert verdicts == {"production": {"SAME": 276, "FASTER": 4},
                         "swiglu": {"SAME": 83, "FASTER": 1}, "ppl": {"SAME": 16}}
-    measured = {f"{m}:{k}": v["verdict"] for m in ("production", "swiglu")
-                for k, v in (runs(SAME, f"{m}.json").get("ab_confirm") or {})
-                .get("rows", {}).items()}
+    measured = {k: v["verdict"] for k, v in da.ab_measured(runs, SAME).items()}
     assert len(measured) == 3 and set(measured.values()) == {"SAME"}
 
 

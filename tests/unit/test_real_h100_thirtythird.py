@@ -56,9 +56,7 @@ def test_the_same_model_jobs_pass_and_what_their_ab_measured(runs, folder, sent)
     job's screen sent a few rows to its A/B (2, 9, 4 and 3), all read SAME: a same-model job
     with nothing to A/B, as f1's, is not the usual case on these machines."""
     assert da.failing(runs, folder) == {}
-    measured = {f"{m}:{k}": v["verdict"] for m in ("production", "swiglu")
-                for k, v in (runs(folder, f"{m}.json").get("ab_confirm") or {})
-                .get("rows", {}).items()}
+    measured = {k: v["verdict"] for k, v in da.ab_measured(runs, folder).items()}
     assert len(measured) == sent and set(measured.values()) == {"SAME"}
 
 
