@@ -34,9 +34,10 @@ PARITY = MATRICES.cases("parity")
 EXT_CORRECTIONS = [v for v in cv.CORRECTIONS if v != "two_kernel"]
 TILED = ("side_stream", "fused", "fused_pdl")
 #: Variants whose correction runs alone (``correction_variant``) and takes the planted flags.
-ALONE = ("two_kernel_lean", "side_stream", "fused", "fused_pdl", "stream", "wide", "gsplit")
+ALONE = ("two_kernel_lean", "side_stream", "fused", "fused_pdl", "stream", "wide", "gsplit",
+         "blocked")
 #: The variants with asum_flat's group sums and their own accumulations.
-FLAT = ("stream", "wide", "gsplit")
+FLAT = ("stream", "wide", "gsplit", "blocked")
 
 
 def _cases(tag):
@@ -178,7 +179,10 @@ def test_stream_kernels_within_2_ulp_and_repeatable(variant, M, gs, K, ext, cuda
     (M = 128, N = 1024, G = 64) and four (M = 100, N = 8192: the last block partly past M),
     one and two batches of 4 groups per thread (G = 64 at M = 2: 4 groups; G = 256 at
     K = 8192, g32: 8), 1 to 16 threads per C octet (by the block's rows); stream's decode
-    kernel at M = 1 and wide's kernels at M = 300."""
+    kernel at M = 1 and wide's kernels at M = 300. blocked's corr_blocked_kernel at G >= 2,
+    M >= 17: rows per thread 1 (M = 40, 64, 128 at N = 1024), 2 (M = 100, N = 8192) and 4
+    (M = 300), the last block partly past M, one to eight chunks of 32 groups and a chunk of
+    G % 4 groups (G = 6); gsplit's kernels below M = 17 and at G = 1."""
     gen = torch.Generator(device=cuda_device).manual_seed(M * 11 + gs + K)
     N = 8192 if M in (100, 300) else 1024
     # any delta [K / gs, N] will do (the kernels never branch on values); a Marlin pack
@@ -218,8 +222,33 @@ def test_wide_and_stream_agree_bit_for_bit_where_both_sum_in_order(M, N, ext, cu
     torch.cuda.synchronize()
     assert torch.equal(outs["stream"], outs["wide"])
     assert torch.equal(outs["gsplit"], outs["wide"])          # gsplit runs wide's above 256
+    assert torch.equal(outs["blocked"], outs["wide"])         # the same order of the same sums
     ref = apply_marlin_correction(C0, A, delta, gs)
     assert float(correction_ulps(outs["wide"], C0, ref - C0.double()).max()) <= 2.0
+
+
+@pytest.mark.parametrize("M", [17, 40, 64, 128, 256])
+@pytest.mark.parametrize("N", [1024, 2176, 8192])
+def test_blocked_and_wide_agree_bit_for_bit_at_mid_m(M, N, ext, cuda_device):
+    """At 17 <= M <= 256 with G = 16 wide runs corr_wide_kernel and blocked
+    corr_blocked_kernel (rows per thread 1, 2 or 4 by M and N; N = 2176: a last block of
+    128 columns whose threads have no second quad): both add the groups in order in fp32
+    from zero and then once to C, so the bits are the same; below M = 17 blocked is
+    gsplit, bit for bit."""
+    gen = torch.Generator(device=cuda_device).manual_seed(M * 7 + N)
+    K, gs = 2048, 128
+    delta = torch.randn(K // gs, N, device=cuda_device, generator=gen) * 2e-3
+    outs = {}
+    for rows in (M, 16):
+        A = torch.randn(rows, K, device=cuda_device, generator=gen).half()
+        C0 = torch.randn(rows, N, device=cuda_device, generator=gen).half()
+        for v in ("wide", "gsplit", "blocked"):
+            C = C0.clone()
+            ext.correction_variant(A, C, delta, cv.ext_id(v))
+            outs[rows, v] = C
+    torch.cuda.synchronize()
+    assert torch.equal(outs[M, "blocked"], outs[M, "wide"])
+    assert torch.equal(outs[16, "blocked"], outs[16, "gsplit"])
 
 
 def test_wide_decode_kernel_replays_in_a_cuda_graph(ext, cuda_device):

@@ -72,6 +72,7 @@ int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, Marli
   if (rc != 0 || *err != cudaSuccess) return rc;
   e = accum == kAccumWide     ? launch_wide(p, a_sum, stream)
       : accum == kAccumGsplit ? launch_gsplit(p, a_sum, stream)
+      : accum == kAccumBlocked ? launch_blocked(p, a_sum, stream)
       : accum == kAccumStream ? launch_stream(p, a_sum, stream)
                               : launch_tile(p, a_sum, false, false, stream);
   if (e != cudaSuccess) *err = e;

@@ -28,6 +28,9 @@
 //  * gsplit (correction_variant_gsplit.cu): stream's sequence with corr_gsplit_kernel (a
 //    block's threads split the groups; a thread holds a few groups' loads in flight) at
 //    M <= 256 with grouped weights, wide's accumulation elsewhere.
+//  * blocked (correction_variant_blocked.cu): stream's sequence with corr_blocked_kernel (a
+//    block per 16 TM rows x 128 columns, groups staged in chunks of 32, TM rows x 8 columns
+//    a thread) at M >= 17 with grouped weights, gsplit's accumulation elsewhere.
 //
 // This file is the driver (run_marlin_asym_variant): Marlin through a callback (the quanto
 // glue lives in torch_ops.cpp), then the variant's correction. Per-device resources live
@@ -123,7 +126,7 @@ using namespace corr_detail;
 const char* correction_variant_name(int variant) {
   static const char* const names[kVariantCount] = {
       "marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl", "empty", "empty_pdl",
-      "stream", "wide", "rmw", "gsplit"};
+      "stream", "wide", "rmw", "gsplit", "blocked"};
   return variant >= 0 && variant < kVariantCount ? names[variant] : nullptr;
 }
 
@@ -141,7 +144,8 @@ const char* correction_problem_unsupported(const CorrectionProblem& p, int varia
   if (p.K % p.G != 0) return "the number of groups must divide K";
   const bool tiled = variant == kVariantSideStream || variant == kVariantFused ||
                      variant == kVariantFusedPdl || variant == kVariantStream ||
-                     variant == kVariantWide || variant == kVariantGsplit;
+                     variant == kVariantWide || variant == kVariantGsplit ||
+                     variant == kVariantBlocked;
   if (!tiled) return nullptr;
   if ((p.K / p.G) % 8 != 0) return "the tiled corrections need a group size that is a multiple of 8";
   if (p.N % 8 != 0) return "the tiled corrections need N % 8 == 0";
@@ -150,6 +154,7 @@ const char* correction_problem_unsupported(const CorrectionProblem& p, int varia
   if (variant == kVariantStream) return stream_unsupported(p);
   if (variant == kVariantWide) return wide_unsupported(p);
   if (variant == kVariantGsplit) return gsplit_unsupported(p);
+  if (variant == kVariantBlocked) return blocked_unsupported(p);
   const TileConfig c = tile_config(p, variant != kVariantSideStream);
   if (c.smem > static_cast<size_t>(smem_optin(p.device)))
     return "too many groups for the tiled correction's shared memory";
@@ -182,6 +187,8 @@ int run_marlin_asym_variant(int variant, const CorrectionProblem& p, const Marli
       return side_stream_sequence(p, &mc, marlin, stream, err, kAccumStream);
     case kVariantGsplit:
       return side_stream_sequence(p, &mc, marlin, stream, err, kAccumGsplit);
+    case kVariantBlocked:
+      return side_stream_sequence(p, &mc, marlin, stream, err, kAccumBlocked);
     case kVariantWide: {
       if (!wide_decode_takes(p)) return side_stream_sequence(p, &mc, marlin, stream, err, kAccumWide);
       const int rc = run_marlin(mc, marlin, stream, err);   // decode: one kernel after Marlin
@@ -239,10 +246,12 @@ cudaError_t run_correction_variant(int variant, const CorrectionProblem& p, cuda
     case kVariantSideStream:
     case kVariantStream:
     case kVariantGsplit:
+    case kVariantBlocked:
       side_stream_sequence(p, nullptr, nullptr, stream, &err,
-                           variant == kVariantStream   ? kAccumStream
-                           : variant == kVariantGsplit ? kAccumGsplit
-                                                       : kAccumTile);
+                           variant == kVariantStream    ? kAccumStream
+                           : variant == kVariantGsplit  ? kAccumGsplit
+                           : variant == kVariantBlocked ? kAccumBlocked
+                                                        : kAccumTile);
       return err;
     case kVariantFused:
     case kVariantFusedPdl:

@@ -17,6 +17,8 @@
 //   correction_variant_decode.cu         wide at M <= 4: corr_decode_kernel (one launch)
 //   correction_variant_gsplit.cu         gsplit: corr_gsplit_kernel (groups split over
 //                                        a block's threads, small M)
+//   correction_variant_blocked.cu        blocked: corr_blocked_kernel (16 TM x 128 output
+//                                        tiles, groups staged by chunks, M >= 17)
 //   correction_variant_floor.cu          the rmw floor: rmw_kernel (C read and written
 //                                        back unchanged, once)
 // This header holds what more than one of them needs: constants, the device helpers of
@@ -207,7 +209,8 @@ int graph_variant(const CorrectionProblem& p, const MarlinCall& mc, MarlinLaunch
 cudaError_t launch_asum(const CorrectionProblem& p, float* a_sum, cudaStream_t stream);
 // The accumulation after the join: side_stream's corr_tile (a_sum by asum_kernel), or with
 // a_sum by asum_flat, stream's (launch_stream) or wide's (launch_wide).
-enum SideAccum : int { kAccumTile = 0, kAccumStream = 1, kAccumWide = 2, kAccumGsplit = 3 };
+enum SideAccum : int { kAccumTile = 0, kAccumStream = 1, kAccumWide = 2, kAccumGsplit = 3,
+                       kAccumBlocked = 4 };
 int side_stream_sequence(const CorrectionProblem& p, const MarlinCall* mc, MarlinLauncher marlin,
                          cudaStream_t stream, cudaError_t* err, SideAccum accum = kAccumTile);
 // correction_variant_fused.cu: the tiled accumulation (kSum: a_sum computed in-block from
@@ -243,6 +246,13 @@ GsplitShape gsplit_shape(int M, int N, int G, int sms);
 bool gsplit_takes(const CorrectionProblem& p);
 const char* gsplit_unsupported(const CorrectionProblem& p);
 cudaError_t launch_gsplit(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream);
+// correction_variant_blocked.cu: rows per thread (4, 2, 1) for M x N on `sms` SMs, whether
+// corr_blocked_kernel takes `p` (G >= 2, M >= 17; else launch_blocked runs launch_gsplit),
+// why the blocked variant cannot (nullptr: it can), and the accumulation reading a_sum.
+int blocked_rows_per_thread(int M, int N, int sms);
+bool blocked_takes(const CorrectionProblem& p);
+const char* blocked_unsupported(const CorrectionProblem& p);
+cudaError_t launch_blocked(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream);
 
 }  // namespace corr_detail
 }  // namespace harness_int4

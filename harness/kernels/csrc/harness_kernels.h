@@ -96,7 +96,10 @@ enum CorrectionVariant : int {
   kVariantGsplit = 11,        // stream's sequence with the groups split over a block's threads
                               // at 2 <= M <= 256, G >= 2 (correction_variant_gsplit.cu); wide's
                               // accumulation elsewhere
-  kVariantCount = 12
+  kVariantBlocked = 12,       // stream's sequence with a register-blocked accumulation at
+                              // M >= 17, G >= 2 (correction_variant_blocked.cu); gsplit's
+                              // accumulation elsewhere
+  kVariantCount = 13
 };
 
 // Marlin's arguments, so the variant drivers can launch (and capture) it via a callback.

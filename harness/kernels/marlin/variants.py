@@ -10,7 +10,8 @@ file per variant family: ``correction_variant_graph.cu`` (two_kernel_lean, graph
 (the tiled kernel of side_stream / fused / fused_pdl, and the empty floors),
 ``correction_variant_stream.cu`` (stream's two kernels), ``correction_variant_wide.cu``
 (wide's accumulation), ``correction_variant_gsplit.cu`` (gsplit's accumulation),
-``correction_variant_floor.cu`` (the rmw floor's kernel).
+``correction_variant_blocked.cu`` (blocked's accumulation), ``correction_variant_floor.cu``
+(the rmw floor's kernel).
 
 Extension point: a new variant is one id in ``CorrectionVariant`` (harness_kernels.h),
 its name in ``correction_variant_name`` and a branch in ``run_marlin_asym_variant``
@@ -41,7 +42,7 @@ DEFAULT_VARIANT = "auto"
 #: Variant ids of the extension's ``marlin_asym_variant`` (index = id). Keep in step with
 #: ``CorrectionVariant`` in csrc/harness_kernels.h.
 EXT_VARIANTS = ("marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl",
-                "empty", "empty_pdl", "stream", "wide", "rmw", "gsplit")
+                "empty", "empty_pdl", "stream", "wide", "rmw", "gsplit", "blocked")
 
 
 class CorrectionVariantError(ValueError):
@@ -98,6 +99,12 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "added in order in shared memory after one barrier, C in 16-byte vectors (issue "
             "41: the accumulation kernels before it walked the groups in a chain of loads); "
             "wide's accumulation elsewhere (stream's decode kernel at M = 1)"),
+    Variant("blocked", 12, "correction",
+            "stream's sequence with a register-blocked accumulation at M >= 17 for grouped "
+            "weights (G >= 2): a block per 16 x TM rows and 128 columns stages 32 groups of "
+            "delta and a_sum at a time in shared memory, each thread adds them in order for "
+            "TM rows x 8 columns (delta crosses L2 once per 16 TM rows; issue 41's mid and "
+            "large grouped shapes); gsplit's accumulation elsewhere"),
     Variant("marlin_only", 0, "baseline",
             "Marlin alone (no zeroing, no correction): the overhead baseline"),
     Variant("empty", 6, "floor",
@@ -180,7 +187,7 @@ def variant_requested(name: str | None) -> bool:
 
 #: The variants whose group sums (``asum_flat`` in csrc/correction_variant_stream.cu) cut a
 #: group into warps: they refuse a group size ``flat_cuts`` rejects.
-FLAT_SUM = ("stream", "wide", "gsplit")
+FLAT_SUM = ("stream", "wide", "gsplit", "blocked")
 #: What ``auto`` runs instead where its pick is one of ``FLAT_SUM`` and the group cannot be
 #: cut (a per-column weight of K = 384, 640, 896, ...: Marlin takes any K % 128 == 0):
 #: side_stream's sequence, whose group sums take any group size.
