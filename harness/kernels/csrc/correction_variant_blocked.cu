@@ -26,7 +26,8 @@
 // (blocked_rows_per_thread). Where blocked_takes refuses (one group per row, or decode M,
 // where gsplit was measured the faster) gsplit's accumulation runs instead (launch_gsplit,
 // which itself runs wide's and stream's where it does not take). Flag bits (planted
-// defects) as everywhere: fp16 accumulation, the last 128 columns untouched.
+// defects) as everywhere: fp16 accumulation, the last 128 columns untouched. The body
+// (staging, group order, C written once) is wide's (staged_accumulation, correction_variants.cuh).
 #include "correction_variants.cuh"
 
 namespace harness_int4 {
@@ -36,7 +37,6 @@ namespace {
 constexpr int kBlkTX = 16;                    // column slots: 16 threads x two quads
 constexpr int kBlkTY = kThreads / kBlkTX;     // row slots
 constexpr int kBlkCols = 8 * kBlkTX;          // 128 columns a block
-constexpr int kBlkHalf = kBlkCols / 2;        // a thread's second quad starts here
 constexpr int kBlkGC = 32;                    // groups staged per chunk
 constexpr int kBlkAStride = kBlkGC + 4;       // a staged a_sum row, padded (16-byte rows)
 constexpr int kBlkMaxTM = 4;
@@ -50,90 +50,11 @@ corr_blocked_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
   constexpr int BM = kBlkTY * TM;
   __shared__ __align__(16) float s_d[kBlkGC * kBlkCols];     // 16 KB
   __shared__ __align__(16) float s_a[BM * kBlkAStride];      // 2.3-9.2 KB
-  const int tid = threadIdx.x;
-  const int tx = tid % kBlkTX, ty = tid / kBlkTX;
+  const int tx = threadIdx.x % kBlkTX, ty = threadIdx.x / kBlkTX;
   const int col0 = blockIdx.x * kBlkCols;
   const int row0 = blockIdx.y * BM;
-  const int m0 = row0 + ty * TM;
-  const int na = col0 + tx * 4, nb = na + kBlkHalf;   // the thread's two quads of columns
-  const bool va = m0 < M && na < n_end, vb = m0 < M && nb < n_end;   // n_end % 8 == 0
-  uint2 ca[TM], cb[TM];
-#pragma unroll
-  for (int i = 0; i < TM; ++i) {               // C first: in flight with the staging loads
-    const bool live = m0 + i < M;
-    const __half* crow = C + static_cast<size_t>(live ? m0 + i : 0) * N;
-    ca[i] = va && live ? *reinterpret_cast<const uint2*>(crow + na) : make_uint2(0u, 0u);
-    cb[i] = vb && live ? *reinterpret_cast<const uint2*>(crow + nb) : make_uint2(0u, 0u);
-  }
-  float acc[TM][8];                            // [0, 4): columns na.., [4, 8): nb..
-#pragma unroll
-  for (int i = 0; i < TM; ++i)
-#pragma unroll
-    for (int c = 0; c < 8; ++c) acc[i][c] = 0.0f;
-  for (int g0 = 0; g0 < G; g0 += kBlkGC) {     // uniform over the block
-    const int gc = min(kBlkGC, G - g0);
-    if (g0 > 0) __syncthreads();               // the last chunk's readers are done
-    for (int q = tid; q < gc * (kBlkCols / 4); q += kThreads) {   // delta, zeros past N
-      const int r = q / (kBlkCols / 4), c = (q - r * (kBlkCols / 4)) * 4;
-      const float4 v = col0 + c < N
-          ? __ldg(reinterpret_cast<const float4*>(delta + static_cast<size_t>(g0 + r) * N + col0 + c))
-          : make_float4(0.f, 0.f, 0.f, 0.f);
-      *reinterpret_cast<float4*>(s_d + r * kBlkCols + c) = v;
-    }
-    for (int e = tid; e < BM * gc; e += kThreads) {                // a_sum, zeros past M
-      const int r = e / gc, g = e - r * gc;
-      s_a[r * kBlkAStride + g] =
-          row0 + r < M ? __ldg(a_sum + static_cast<size_t>(row0 + r) * G + g0 + g) : 0.0f;
-    }
-    __syncthreads();
-    if (!va) continue;                         // still at every barrier of the block
-    const float* sa = s_a + ty * TM * kBlkAStride;
-    const float* sd = s_d + tx * 4;
-    int g = 0;
-    for (; g + 4 <= gc; g += 4) {              // groups g .. g + 3 in order
-      float4 av[TM];
-#pragma unroll
-      for (int i = 0; i < TM; ++i) av[i] = *reinterpret_cast<const float4*>(sa + i * kBlkAStride + g);
-      float dv[4][8];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float4 x = *reinterpret_cast<const float4*>(sd + (g + j) * kBlkCols);
-        const float4 y = *reinterpret_cast<const float4*>(sd + (g + j) * kBlkCols + kBlkHalf);
-        dv[j][0] = x.x; dv[j][1] = x.y; dv[j][2] = x.z; dv[j][3] = x.w;
-        dv[j][4] = y.x; dv[j][5] = y.y; dv[j][6] = y.z; dv[j][7] = y.w;
-      }
-#pragma unroll
-      for (int i = 0; i < TM; ++i) {
-        fma_octet<kHalfAccum>(acc[i], av[i].x, dv[0]);
-        fma_octet<kHalfAccum>(acc[i], av[i].y, dv[1]);
-        fma_octet<kHalfAccum>(acc[i], av[i].z, dv[2]);
-        fma_octet<kHalfAccum>(acc[i], av[i].w, dv[3]);
-      }
-    }
-    for (; g < gc; ++g) {                      // the chunk's last G % 4 groups, one at a time
-      const float4 x = *reinterpret_cast<const float4*>(sd + g * kBlkCols);
-      const float4 y = *reinterpret_cast<const float4*>(sd + g * kBlkCols + kBlkHalf);
-      const float dv[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
-#pragma unroll
-      for (int i = 0; i < TM; ++i) fma_octet<kHalfAccum>(acc[i], sa[i * kBlkAStride + g], dv);
-    }
-  }
-  if (!va) return;
-#pragma unroll
-  for (int i = 0; i < TM; ++i) {
-    if (m0 + i >= M) break;
-    __half* crow = C + static_cast<size_t>(m0 + i) * N;
-    __half2* ha = reinterpret_cast<__half2*>(&ca[i]);
-    __half2* hb = reinterpret_cast<__half2*>(&cb[i]);
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const float2 fa = __half22float2(ha[j]), fb = __half22float2(hb[j]);
-      ha[j] = __floats2half2_rn(fa.x + acc[i][2 * j], fa.y + acc[i][2 * j + 1]);
-      hb[j] = __floats2half2_rn(fb.x + acc[i][4 + 2 * j], fb.y + acc[i][4 + 2 * j + 1]);
-    }
-    *reinterpret_cast<uint2*>(crow + na) = ca[i];
-    if (vb) *reinterpret_cast<uint2*>(crow + nb) = cb[i];
-  }
+  staged_accumulation<TM, kBlkCols, kBlkGC, kBlkAStride, kHalfAccum>(
+      C, a_sum, delta, M, N, G, n_end, s_d, s_a, row0, BM, ty * TM, col0, tx * 4);
 }
 
 template <int TM>

@@ -24,7 +24,8 @@
 // corr_stream_kernel, corr_tile_kernel). RM (rows per warp, 1..4) is
 // the largest that still gives two blocks per SM. Flag bits (planted defects) as
 // everywhere: fp16 accumulation, the last 128 columns untouched. Shared internals:
-// correction_variants.cuh.
+// correction_variants.cuh, which also holds the kernel's body (staged_accumulation, shared
+// with blocked's kernel: the same staging and group order over another tile shape).
 #include "correction_variants.cuh"
 
 namespace harness_int4 {
@@ -32,7 +33,6 @@ namespace corr_detail {
 namespace {
 
 constexpr int kWideCols = 256;                 // columns of a block: 32 lanes x 2 x 4
-constexpr int kWideHalf = kWideCols / 2;       // the lane's second quad starts here
 constexpr int kWideWarps = kThreads / 32;      // warps of a block, each on its own rows
 constexpr int kWideMaxRM = 4;
 
@@ -50,88 +50,10 @@ corr_wide_kernel(__half* __restrict__ C, const float* __restrict__ a_sum,
   const int col0 = blockIdx.x * kWideCols;
   const int TM = kWideWarps * RM;
   const int row0 = blockIdx.y * TM;
-  const int m0 = row0 + warp * RM;
-  const int na = col0 + lane * 4, nb = na + kWideHalf;   // the lane's two quads of columns
-  const bool va = m0 < M && na < n_end, vb = m0 < M && nb < n_end;  // n_end % 8 == 0
-  uint2 ca[RM], cb[RM];
-#pragma unroll
-  for (int i = 0; i < RM; ++i) {               // C first: in flight with the staging loads
-    const bool live = m0 + i < M;
-    const __half* crow = C + static_cast<size_t>(live ? m0 + i : 0) * N;
-    ca[i] = va && live ? *reinterpret_cast<const uint2*>(crow + na) : make_uint2(0u, 0u);
-    cb[i] = vb && live ? *reinterpret_cast<const uint2*>(crow + nb) : make_uint2(0u, 0u);
-  }
-  float acc[RM][8];                            // [0, 4): columns na.., [4, 8): nb..
-#pragma unroll
-  for (int i = 0; i < RM; ++i)
-#pragma unroll
-    for (int c = 0; c < 8; ++c) acc[i][c] = 0.0f;
-  for (int g0 = 0; g0 < G; g0 += kWideGC) {    // uniform over the block
-    const int gc = min(kWideGC, G - g0);
-    if (g0 > 0) __syncthreads();               // the last chunk's readers are done
-    // the chunk's delta rows over the block's 256 columns (zeros past N), then the a_sum
-    // of the block's rows (zeros past M). (Unrolling these loops to a fixed count, all
-    // loads into registers before any store, measured slower on the H200: 394e076.)
-    for (int q = tid; q < gc * (kWideCols / 4); q += kThreads) {
-      const int r = q / (kWideCols / 4), c = (q - r * (kWideCols / 4)) * 4;
-      const float4 v = col0 + c < N
-          ? __ldg(reinterpret_cast<const float4*>(delta + static_cast<size_t>(g0 + r) * N + col0 + c))
-          : make_float4(0.f, 0.f, 0.f, 0.f);
-      *reinterpret_cast<float4*>(s_d + r * kWideCols + c) = v;
-    }
-    for (int e = tid; e < TM * gc; e += kThreads) {
-      const int r = e / gc, g = e - r * gc;
-      s_a[r * kWideGC + g] = row0 + r < M ? a_sum[static_cast<size_t>(row0 + r) * G + g0 + g] : 0.0f;
-    }
-    __syncthreads();
-    if (!va) continue;                         // still at every barrier of the block
-    const float* sa = s_a + warp * RM * kWideGC;       // the warp's rows: one broadcast each
-    const float* sd = s_d + lane * 4;                  // 512 contiguous bytes per warp load
-    int g = 0;
-    for (; g + 4 <= gc; g += 4) {              // groups g .. g + 3 in order
-      float4 av[RM];
-#pragma unroll
-      for (int i = 0; i < RM; ++i) av[i] = *reinterpret_cast<const float4*>(sa + i * kWideGC + g);
-      float dv[4][8];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float4 x = *reinterpret_cast<const float4*>(sd + (g + j) * kWideCols);
-        const float4 y = *reinterpret_cast<const float4*>(sd + (g + j) * kWideCols + kWideHalf);
-        dv[j][0] = x.x; dv[j][1] = x.y; dv[j][2] = x.z; dv[j][3] = x.w;
-        dv[j][4] = y.x; dv[j][5] = y.y; dv[j][6] = y.z; dv[j][7] = y.w;
-      }
-#pragma unroll
-      for (int i = 0; i < RM; ++i) {
-        fma_octet<kHalfAccum>(acc[i], av[i].x, dv[0]);
-        fma_octet<kHalfAccum>(acc[i], av[i].y, dv[1]);
-        fma_octet<kHalfAccum>(acc[i], av[i].z, dv[2]);
-        fma_octet<kHalfAccum>(acc[i], av[i].w, dv[3]);
-      }
-    }
-    for (; g < gc; ++g) {                      // a chunk of G % 4 groups: one at a time
-      const float4 x = *reinterpret_cast<const float4*>(sd + g * kWideCols);
-      const float4 y = *reinterpret_cast<const float4*>(sd + g * kWideCols + kWideHalf);
-      const float dv[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
-#pragma unroll
-      for (int i = 0; i < RM; ++i) fma_octet<kHalfAccum>(acc[i], sa[i * kWideGC + g], dv);
-    }
-  }
-  if (!va) return;
-#pragma unroll
-  for (int i = 0; i < RM; ++i) {
-    if (m0 + i >= M) break;
-    __half* crow = C + static_cast<size_t>(m0 + i) * N;
-    __half2* ha = reinterpret_cast<__half2*>(&ca[i]);
-    __half2* hb = reinterpret_cast<__half2*>(&cb[i]);
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const float2 fa = __half22float2(ha[j]), fb = __half22float2(hb[j]);
-      ha[j] = __floats2half2_rn(fa.x + acc[i][2 * j], fa.y + acc[i][2 * j + 1]);
-      hb[j] = __floats2half2_rn(fb.x + acc[i][4 + 2 * j], fb.y + acc[i][4 + 2 * j + 1]);
-    }
-    *reinterpret_cast<uint2*>(crow + na) = ca[i];
-    if (vb) *reinterpret_cast<uint2*>(crow + nb) = cb[i];
-  }
+  // the warp's rows (a_sum of a row: one broadcast read), the lane's two quads of columns
+  // (the warp's 16-byte reads of staged delta: 512 contiguous bytes)
+  staged_accumulation<RM, kWideCols, kWideGC, kWideGC, kHalfAccum>(
+      C, a_sum, delta, M, N, G, n_end, s_d, s_a, row0, TM, warp * RM, col0, lane * 4);
 }
 
 // Rows per warp: the largest of 4, 2, 1 that still fills every SM twice (at least one).

@@ -93,6 +93,120 @@ static __device__ __forceinline__ void fma_octet(float (&acc)[8], float a, const
   }
 }
 
+// acc[i] += the staged groups [0, gc) of a thread's RM rows, in group order g = 0, 1, ...:
+// a_sum of row i at sa[i * kAStride + g] (16-byte aligned rows), delta of group g at
+// sd[g * kCols + c] for the thread's first quad (acc[i][0..3]) and sd[g * kCols + kCols / 2
+// + c] for its second (acc[i][4..7]); four groups per pass, then the rest one at a time.
+// The inner loop of wide's and blocked's accumulations (the same order, the same bits).
+template <int RM, int kCols, int kAStride, bool kHalfAccum>
+static __device__ __forceinline__ void fma_staged_groups(float (&acc)[RM][8], const float* sa,
+                                                         const float* sd, int gc) {
+  constexpr int kHalf = kCols / 2;
+  int g = 0;
+  for (; g + 4 <= gc; g += 4) {              // groups g .. g + 3 in order
+    float4 av[RM];
+#pragma unroll
+    for (int i = 0; i < RM; ++i) av[i] = *reinterpret_cast<const float4*>(sa + i * kAStride + g);
+    float dv[4][8];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float4 x = *reinterpret_cast<const float4*>(sd + (g + j) * kCols);
+      const float4 y = *reinterpret_cast<const float4*>(sd + (g + j) * kCols + kHalf);
+      dv[j][0] = x.x; dv[j][1] = x.y; dv[j][2] = x.z; dv[j][3] = x.w;
+      dv[j][4] = y.x; dv[j][5] = y.y; dv[j][6] = y.z; dv[j][7] = y.w;
+    }
+#pragma unroll
+    for (int i = 0; i < RM; ++i) {
+      fma_octet<kHalfAccum>(acc[i], av[i].x, dv[0]);
+      fma_octet<kHalfAccum>(acc[i], av[i].y, dv[1]);
+      fma_octet<kHalfAccum>(acc[i], av[i].z, dv[2]);
+      fma_octet<kHalfAccum>(acc[i], av[i].w, dv[3]);
+    }
+  }
+  for (; g < gc; ++g) {                      // a chunk of G % 4 groups: one at a time
+    const float4 x = *reinterpret_cast<const float4*>(sd + g * kCols);
+    const float4 y = *reinterpret_cast<const float4*>(sd + g * kCols + kHalf);
+    const float dv[8] = {x.x, x.y, x.z, x.w, y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int i = 0; i < RM; ++i) fma_octet<kHalfAccum>(acc[i], sa[i * kAStride + g], dv);
+  }
+}
+
+// One row's two quads of C (4 halves each, columns na.. and nb..) plus acc[0..3] and
+// acc[4..7] in fp32, rounded once and written back; the second quad only where vb.
+static __device__ __forceinline__ void store_quads(__half* crow, int na, int nb, bool vb, uint2 ca,
+                                                   uint2 cb, const float (&acc)[8]) {
+  __half2* ha = reinterpret_cast<__half2*>(&ca);
+  __half2* hb = reinterpret_cast<__half2*>(&cb);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const float2 fa = __half22float2(ha[j]), fb = __half22float2(hb[j]);
+    ha[j] = __floats2half2_rn(fa.x + acc[2 * j], fa.y + acc[2 * j + 1]);
+    hb[j] = __floats2half2_rn(fb.x + acc[4 + 2 * j], fb.y + acc[4 + 2 * j + 1]);
+  }
+  *reinterpret_cast<uint2*>(crow + na) = ca;
+  if (vb) *reinterpret_cast<uint2*>(crow + nb) = cb;
+}
+
+// The body of wide's and blocked's accumulations once the kernel has placed the thread:
+// the block covers rows [row0, row0 + rows) and columns [col0, col0 + kCols); the thread owns
+// RM rows from row0 + srow and the quads of columns col0 + scol and col0 + scol + kCols / 2
+// (scol a multiple of 4). C's values are loaded first (in flight with the staging); per chunk of kGC groups
+// delta [kGC, kCols] (zeros past N) and the rows' a_sum [rows, kGC] (zeros past M, rows
+// kAStride apart) are staged in s_d and s_a (one barrier), the thread adds its groups in
+// order (fma_staged_groups) and each C piece is written once. Every thread of the block
+// calls it (the barriers).
+template <int RM, int kCols, int kGC, int kAStride, bool kHalfAccum>
+static __device__ __forceinline__ void staged_accumulation(
+    __half* __restrict__ C, const float* __restrict__ a_sum, const float* __restrict__ delta,
+    int M, int N, int G, int n_end, float* s_d, float* s_a, int row0, int rows, int srow,
+    int col0, int scol) {
+  const int tid = threadIdx.x;
+  const int m0 = row0 + srow;
+  const int na = col0 + scol, nb = na + kCols / 2;
+  const bool va = m0 < M && na < n_end, vb = m0 < M && nb < n_end;  // n_end % 8 == 0
+  uint2 ca[RM], cb[RM];
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {               // C first: in flight with the staging loads
+    const bool live = m0 + i < M;
+    const __half* crow = C + static_cast<size_t>(live ? m0 + i : 0) * N;
+    ca[i] = va && live ? *reinterpret_cast<const uint2*>(crow + na) : make_uint2(0u, 0u);
+    cb[i] = vb && live ? *reinterpret_cast<const uint2*>(crow + nb) : make_uint2(0u, 0u);
+  }
+  float acc[RM][8];                            // [0, 4): columns na.., [4, 8): nb..
+#pragma unroll
+  for (int i = 0; i < RM; ++i)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[i][c] = 0.0f;
+  for (int g0 = 0; g0 < G; g0 += kGC) {        // uniform over the block
+    const int gc = min(kGC, G - g0);
+    if (g0 > 0) __syncthreads();               // the last chunk's readers are done
+    // the chunk's delta rows over the block's columns (zeros past N), then the a_sum of
+    // the block's rows (zeros past M). (Unrolling these loops to a fixed count, all loads
+    // into registers before any store, measured slower for wide on the H200: 394e076.)
+    for (int q = tid; q < gc * (kCols / 4); q += kThreads) {
+      const int r = q / (kCols / 4), c = (q - r * (kCols / 4)) * 4;
+      const float4 v = col0 + c < N
+          ? __ldg(reinterpret_cast<const float4*>(delta + static_cast<size_t>(g0 + r) * N + col0 + c))
+          : make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<float4*>(s_d + r * kCols + c) = v;
+    }
+    for (int e = tid; e < rows * gc; e += kThreads) {
+      const int r = e / gc, g = e - r * gc;
+      s_a[r * kAStride + g] = row0 + r < M ? a_sum[static_cast<size_t>(row0 + r) * G + g0 + g] : 0.0f;
+    }
+    __syncthreads();
+    if (!va) continue;                         // still at every barrier of the block
+    fma_staged_groups<RM, kCols, kAStride, kHalfAccum>(acc, s_a + srow * kAStride, s_d + scol, gc);
+  }
+  if (!va) return;
+#pragma unroll
+  for (int i = 0; i < RM; ++i) {
+    if (m0 + i >= M) break;
+    store_quads(C + static_cast<size_t>(m0 + i) * N, na, nb, vb, ca[i], cb[i], acc[i]);
+  }
+}
+
 // s_asum[r * stride + g] = sum of A[row0 + r, k] over group g, r < rows, in a fixed order:
 // 8-element vectors, W-lane segments (shuffles), then the segments of a group in order.
 // s_part holds rows * (K / 8 / W) floats. Ends with __syncthreads().
