@@ -54,6 +54,7 @@ from .crosscheck import profiled_spans
 KERNEL_NAMES = (("corr_stream_split_kernel", "corr_stream"), ("corr_stream_kernel", "corr_stream"),
                 ("corr_wide_kernel", "corr_wide"), ("corr_decode_kernel", "corr_decode"),
                 ("corr_gsplit_kernel", "corr_gsplit"), ("corr_blocked_kernel", "corr_blocked"),
+                ("corr_fold_kernel", "corr_fold"),
                 ("asum_flat", "asum_flat"),
                 ("correction_accum_kernel", "correction_accum"),
                 ("a_group_sum_kernel", "a_group_sum"),
@@ -71,7 +72,9 @@ VARIANT_KERNELS = {"two_kernel_lean": ("a_group_sum", "correction_accum"),
                    "wide": ("asum_flat?", "corr_wide|corr_stream|corr_tile|corr_decode"),
                    "gsplit": ("asum_flat", "corr_gsplit|corr_wide|corr_stream|corr_tile"),
                    "blocked": ("asum_flat",
-                               "corr_blocked|corr_gsplit|corr_wide|corr_stream|corr_tile")}
+                               "corr_blocked|corr_gsplit|corr_wide|corr_stream|corr_tile"),
+                   "fold": ("asum_flat?",
+                            "corr_fold|corr_blocked|corr_gsplit|corr_wide|corr_stream|corr_tile")}
 
 
 def stage_options(spec: str) -> list[str]:
@@ -106,6 +109,7 @@ def kernel_bytes(kernel: str, M: int, N: int, K: int, group_size: int) -> int:
              "correction_accum": 2 * c + a_sum + delta, "corr_tile": 2 * c + a_sum + delta,
              "corr_stream": 2 * c + a_sum + delta, "corr_wide": 2 * c + a_sum + delta,
              "corr_gsplit": 2 * c + a_sum + delta, "corr_blocked": 2 * c + a_sum + delta,
+             "corr_fold": 2 * c + a + delta,
              "corr_tile+sum": 2 * c + a + delta, "corr_decode": 2 * c + a + delta, "empty": 0}
     if kernel not in table:
         raise ValueError(f"kernel {kernel!r} is not one of {', '.join(table)}")

@@ -35,9 +35,9 @@ EXT_CORRECTIONS = [v for v in cv.CORRECTIONS if v != "two_kernel"]
 TILED = ("side_stream", "fused", "fused_pdl")
 #: Variants whose correction runs alone (``correction_variant``) and takes the planted flags.
 ALONE = ("two_kernel_lean", "side_stream", "fused", "fused_pdl", "stream", "wide", "gsplit",
-         "blocked")
+         "blocked", "fold")
 #: The variants with asum_flat's group sums and their own accumulations.
-FLAT = ("stream", "wide", "gsplit", "blocked")
+FLAT = ("stream", "wide", "gsplit", "blocked", "fold")
 
 
 def _cases(tag):
@@ -182,7 +182,9 @@ def test_stream_kernels_within_2_ulp_and_repeatable(variant, M, gs, K, ext, cuda
     kernel at M = 1 and wide's kernels at M = 300. blocked's corr_blocked_kernel at G >= 2,
     M >= 17: rows per thread 1 (M = 40, 64, 128 at N = 1024), 2 (M = 100, N = 8192) and 4
     (M = 300), the last block partly past M, one to eight chunks of 32 groups and a chunk of
-    G % 4 groups (G = 6); gsplit's kernels below M = 17 and at G = 1."""
+    G % 4 groups (G = 6); gsplit's kernels below M = 17 and at G = 1. fold's
+    corr_fold_kernel at G = 1, M >= 17 (one and four vectors of A per thread per row, one
+    and four passes of 2048 columns); blocked's route elsewhere."""
     gen = torch.Generator(device=cuda_device).manual_seed(M * 11 + gs + K)
     N = 8192 if M in (100, 300) else 1024
     # any delta [K / gs, N] will do (the kernels never branch on values); a Marlin pack
@@ -223,6 +225,7 @@ def test_wide_and_stream_agree_bit_for_bit_where_both_sum_in_order(M, N, ext, cu
     assert torch.equal(outs["stream"], outs["wide"])
     assert torch.equal(outs["gsplit"], outs["wide"])          # gsplit runs wide's above 256
     assert torch.equal(outs["blocked"], outs["wide"])         # the same order of the same sums
+    assert torch.equal(outs["fold"], outs["blocked"])         # fold is blocked at G > 1
     ref = apply_marlin_correction(C0, A, delta, gs)
     assert float(correction_ulps(outs["wide"], C0, ref - C0.double()).max()) <= 2.0
 
@@ -249,6 +252,36 @@ def test_blocked_and_wide_agree_bit_for_bit_at_mid_m(M, N, ext, cuda_device):
     torch.cuda.synchronize()
     assert torch.equal(outs[M, "blocked"], outs[M, "wide"])
     assert torch.equal(outs[16, "blocked"], outs[16, "gsplit"])
+
+
+@pytest.mark.parametrize("M", [17, 40, 301, 1023])
+@pytest.mark.parametrize("N,K", [(1024, 2048), (2176, 8192), (8192, 2048)])
+def test_fold_kernel_within_2_ulp_repeatable_and_honours_the_skipped_tile(M, N, K, ext,
+                                                                         cuda_device):
+    """fold at G = 1, M >= 17 is one kernel (corr_fold_kernel) summing its rows of A: 1, 2
+    and 4 rows per block (M = 17 and 40, 301, 1023 on a GPU of 132 SMs; the last block of
+    301 and 1023 partly past M), one and four vectors of A per thread per row (K = 2048,
+    8192), one, two and four passes of 2048 columns (N = 1024; 2176, a second pass of 128
+    columns; 8192). Within 2 ULP of the exact correction on a C of unit scale, the same
+    bits twice, and under the planted flag bit 1 the last 128 columns left as they were
+    while the others change. (Bit 0, fp16 accumulation, is one rounded product at G = 1,
+    within the bound: the grouped shapes plant it.)"""
+    gen = torch.Generator(device=cuda_device).manual_seed(M * 3 + N + K)
+    delta = torch.randn(1, N, device=cuda_device, generator=gen) * 0.05
+    A = torch.randn(M, K, device=cuda_device, generator=gen).half()
+    C0 = torch.randn(M, N, device=cuda_device, generator=gen).half()
+    outs = []
+    for flags in (0, 0, 2):
+        C = C0.clone()
+        ext.correction_variant(A, C, delta, cv.ext_id("fold"), flags)
+        outs.append(C)
+    torch.cuda.synchronize()
+    assert torch.equal(outs[0], outs[1]), "not bitwise repeatable"
+    ref = apply_marlin_correction(C0, A, delta, K)
+    assert float(correction_ulps(outs[0], C0, ref - C0.double()).max()) <= 2.0
+    n_end = (N - 1) // 128 * 128
+    assert torch.equal(outs[2][:, n_end:], C0[:, n_end:])
+    assert torch.equal(outs[2][:, :n_end], outs[0][:, :n_end])
 
 
 def test_wide_decode_kernel_replays_in_a_cuda_graph(ext, cuda_device):

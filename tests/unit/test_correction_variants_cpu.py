@@ -34,7 +34,7 @@ def test_ext_ids_are_positions_in_ext_variants():
             assert cv.EXT_VARIANTS[v.ext_id] == name
     assert {n for n, v in cv.VARIANTS.items() if v.ext_id is not None} == set(cv.EXT_VARIANTS)
     assert cv.CORRECTIONS == ("two_kernel", "two_kernel_lean", "graph", "side_stream", "fused",
-                              "fused_pdl", "stream", "wide", "gsplit", "blocked")
+                              "fused_pdl", "stream", "wide", "gsplit", "blocked", "fold")
     assert cv.STUDIED[0] == "marlin_only" and set(cv.FLOORS) == {"empty", "empty_pdl", "rmw"}
 
 
@@ -475,4 +475,4 @@ def test_auto_never_hands_stream_or_wide_a_group_they_refuse():
     assert cv.concrete_variant("stream", 8, 384) == "stream"   # by name: never replaced
     assert marlin_asym.call_group_size(-1, 384) == 384
     assert marlin_asym.call_group_size(128, 8192) == 128
-    assert "side_stream where stream/wide/gsplit/blocked cannot cut" in cv.describe("auto")
+    assert "side_stream where stream/wide/gsplit/blocked/fold cannot cut" in cv.describe("auto")

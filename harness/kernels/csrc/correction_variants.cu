@@ -31,6 +31,8 @@
 //  * blocked (correction_variant_blocked.cu): stream's sequence with corr_blocked_kernel (a
 //    block per 16 TM rows x 128 columns, groups staged in chunks of 32, TM rows x 8 columns
 //    a thread) at M >= 17 with grouped weights, gsplit's accumulation elsewhere.
+//  * fold (correction_variant_fold.cu): at G = 1 and M >= 17 one kernel after Marlin that
+//    sums its rows of A and adds the rank-1 update (corr_fold_kernel); blocked's elsewhere.
 //
 // This file is the driver (run_marlin_asym_variant): Marlin through a callback (the quanto
 // glue lives in torch_ops.cpp), then the variant's correction. Per-device resources live
@@ -126,7 +128,7 @@ using namespace corr_detail;
 const char* correction_variant_name(int variant) {
   static const char* const names[kVariantCount] = {
       "marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl", "empty", "empty_pdl",
-      "stream", "wide", "rmw", "gsplit", "blocked"};
+      "stream", "wide", "rmw", "gsplit", "blocked", "fold"};
   return variant >= 0 && variant < kVariantCount ? names[variant] : nullptr;
 }
 
@@ -145,7 +147,7 @@ const char* correction_problem_unsupported(const CorrectionProblem& p, int varia
   const bool tiled = variant == kVariantSideStream || variant == kVariantFused ||
                      variant == kVariantFusedPdl || variant == kVariantStream ||
                      variant == kVariantWide || variant == kVariantGsplit ||
-                     variant == kVariantBlocked;
+                     variant == kVariantBlocked || variant == kVariantFold;
   if (!tiled) return nullptr;
   if ((p.K / p.G) % 8 != 0) return "the tiled corrections need a group size that is a multiple of 8";
   if (p.N % 8 != 0) return "the tiled corrections need N % 8 == 0";
@@ -155,6 +157,7 @@ const char* correction_problem_unsupported(const CorrectionProblem& p, int varia
   if (variant == kVariantWide) return wide_unsupported(p);
   if (variant == kVariantGsplit) return gsplit_unsupported(p);
   if (variant == kVariantBlocked) return blocked_unsupported(p);
+  if (variant == kVariantFold) return fold_unsupported(p);
   const TileConfig c = tile_config(p, variant != kVariantSideStream);
   if (c.smem > static_cast<size_t>(smem_optin(p.device)))
     return "too many groups for the tiled correction's shared memory";
@@ -189,6 +192,14 @@ int run_marlin_asym_variant(int variant, const CorrectionProblem& p, const Marli
       return side_stream_sequence(p, &mc, marlin, stream, err, kAccumGsplit);
     case kVariantBlocked:
       return side_stream_sequence(p, &mc, marlin, stream, err, kAccumBlocked);
+    case kVariantFold: {
+      if (!fold_takes(p)) return side_stream_sequence(p, &mc, marlin, stream, err, kAccumBlocked);
+      const int rc = run_marlin(mc, marlin, stream, err);   // G = 1: one kernel after Marlin
+      if (rc != 0 || *err != cudaSuccess) return rc;
+      const cudaError_t e = launch_fold(p, stream);
+      if (e != cudaSuccess) *err = e;
+      return 0;
+    }
     case kVariantWide: {
       if (!wide_decode_takes(p)) return side_stream_sequence(p, &mc, marlin, stream, err, kAccumWide);
       const int rc = run_marlin(mc, marlin, stream, err);   // decode: one kernel after Marlin
@@ -242,6 +253,10 @@ cudaError_t run_correction_variant(int variant, const CorrectionProblem& p, cuda
     case kVariantWide:
       if (wide_decode_takes(p)) return launch_wide_decode(p, stream);
       side_stream_sequence(p, nullptr, nullptr, stream, &err, kAccumWide);
+      return err;
+    case kVariantFold:
+      if (fold_takes(p)) return launch_fold(p, stream);
+      side_stream_sequence(p, nullptr, nullptr, stream, &err, kAccumBlocked);
       return err;
     case kVariantSideStream:
     case kVariantStream:

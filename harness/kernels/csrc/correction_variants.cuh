@@ -19,6 +19,8 @@
 //                                        a block's threads, small M)
 //   correction_variant_blocked.cu        blocked: corr_blocked_kernel (16 TM x 128 output
 //                                        tiles, groups staged by chunks, M >= 17)
+//   correction_variant_fold.cu           fold: corr_fold_kernel (G = 1, M >= 17: row sums and
+//                                        the rank-1 update in one kernel after Marlin)
 //   correction_variant_floor.cu          the rmw floor: rmw_kernel (C read and written
 //                                        back unchanged, once)
 // This header holds what more than one of them needs: constants, the device helpers of
@@ -367,6 +369,13 @@ int blocked_rows_per_thread(int M, int N, int sms);
 bool blocked_takes(const CorrectionProblem& p);
 const char* blocked_unsupported(const CorrectionProblem& p);
 cudaError_t launch_blocked(const CorrectionProblem& p, const float* a_sum, cudaStream_t stream);
+// correction_variant_fold.cu: rows per block (4, 2, 1) for M on `sms` SMs, whether
+// corr_fold_kernel takes `p` (G = 1, M >= 17), why the fold variant cannot (nullptr: it can),
+// and the kernel (after Marlin on `stream`; reads A, delta and C, writes C).
+int fold_rows_per_block(int M, int sms);
+bool fold_takes(const CorrectionProblem& p);
+const char* fold_unsupported(const CorrectionProblem& p);
+cudaError_t launch_fold(const CorrectionProblem& p, cudaStream_t stream);
 
 }  // namespace corr_detail
 }  // namespace harness_int4

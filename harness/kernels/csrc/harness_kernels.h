@@ -99,7 +99,10 @@ enum CorrectionVariant : int {
   kVariantBlocked = 12,       // stream's sequence with a register-blocked accumulation at
                               // M >= 17, G >= 2 (correction_variant_blocked.cu); gsplit's
                               // accumulation elsewhere
-  kVariantCount = 13
+  kVariantFold = 13,          // per-column weights (G = 1) at M >= 17: the group sum folded
+                              // into one kernel after Marlin (correction_variant_fold.cu);
+                              // blocked's sequence elsewhere
+  kVariantCount = 14
 };
 
 // Marlin's arguments, so the variant drivers can launch (and capture) it via a callback.

@@ -10,8 +10,8 @@ file per variant family: ``correction_variant_graph.cu`` (two_kernel_lean, graph
 (the tiled kernel of side_stream / fused / fused_pdl, and the empty floors),
 ``correction_variant_stream.cu`` (stream's two kernels), ``correction_variant_wide.cu``
 (wide's accumulation), ``correction_variant_gsplit.cu`` (gsplit's accumulation),
-``correction_variant_blocked.cu`` (blocked's accumulation), ``correction_variant_floor.cu``
-(the rmw floor's kernel).
+``correction_variant_blocked.cu`` (blocked's accumulation), ``correction_variant_fold.cu``
+(fold's one-kernel correction), ``correction_variant_floor.cu`` (the rmw floor's kernel).
 
 Extension point: a new variant is one id in ``CorrectionVariant`` (harness_kernels.h),
 its name in ``correction_variant_name`` and a branch in ``run_marlin_asym_variant``
@@ -42,7 +42,8 @@ DEFAULT_VARIANT = "auto"
 #: Variant ids of the extension's ``marlin_asym_variant`` (index = id). Keep in step with
 #: ``CorrectionVariant`` in csrc/harness_kernels.h.
 EXT_VARIANTS = ("marlin_only", "two_kernel_lean", "graph", "side_stream", "fused", "fused_pdl",
-                "empty", "empty_pdl", "stream", "wide", "rmw", "gsplit", "blocked")
+                "empty", "empty_pdl", "stream", "wide", "rmw", "gsplit", "blocked",
+                "fold")
 
 
 class CorrectionVariantError(ValueError):
@@ -105,6 +106,12 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "delta and a_sum at a time in shared memory, each thread adds them in order for "
             "TM rows x 8 columns (delta crosses L2 once per 16 TM rows; issue 41's mid and "
             "large grouped shapes); gsplit's accumulation elsewhere"),
+    Variant("fold", 13, "correction",
+            "for per-column weights (G = 1) at M >= 17 the group sum folded into the "
+            "accumulation: one kernel after Marlin on its stream (no side stream, no scratch) "
+            "whose blocks each sum 1-4 whole rows of A and add a_sum x delta to every column "
+            "of those rows (issue 41: above M = 48 Marlin leaves no room for a side-stream "
+            "sum); blocked's sequence elsewhere"),
     Variant("marlin_only", 0, "baseline",
             "Marlin alone (no zeroing, no correction): the overhead baseline"),
     Variant("empty", 6, "floor",
@@ -187,7 +194,7 @@ def variant_requested(name: str | None) -> bool:
 
 #: The variants whose group sums (``asum_flat`` in csrc/correction_variant_stream.cu) cut a
 #: group into warps: they refuse a group size ``flat_cuts`` rejects.
-FLAT_SUM = ("stream", "wide", "gsplit", "blocked")
+FLAT_SUM = ("stream", "wide", "gsplit", "blocked", "fold")
 #: What ``auto`` runs instead where its pick is one of ``FLAT_SUM`` and the group cannot be
 #: cut (a per-column weight of K = 384, 640, 896, ...: Marlin takes any K % 128 == 0):
 #: side_stream's sequence, whose group sums take any group size.
