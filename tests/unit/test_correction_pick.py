@@ -107,3 +107,21 @@ def test_the_rmw_checks_pass_a_correction_at_the_floor():
     assert all(t["median_pp"] == 0 and t["max_pp"] == 0 for t in table)
     assert [ok for _, ok, _ in rmw_target_checks(rows, picks)] == [True, True, True]
     assert rmw_target_checks([r for r in rows if r["variant"] != "rmw"], picks) == []
+
+
+def test_the_swiglu_pairs_are_read_from_their_gemms_rows():
+    """Issue 41 holds the SwiGLU pairs to the same bounds against their own rmw. Their 14
+    GEMM shapes (N = 8192, K = 2048, per-column and g128, M = 1..1024) are production
+    shapes, so the stored H100 study of z1 (890e885) reads them: one "swiglu" row per mode
+    and three more checks, all failed by the default of today."""
+    z1 = ROOT / "docs" / "data" / "study-correction-h100-890e885-addmm-z1.csv.gz"
+    said = _said("--picks", "decode=gsplit,mid=wide,large=wide", study=z1)
+    for line in ("  swiglu  graph  14 shapes (gsplit, wide): +12.5 / +24.4 at "
+                 "M128-N8192-K2048-g128-s0",
+                 "  swiglu  cold   14 shapes (gsplit, wide): +28.4 / +46.6 at M1-N8192-K2048-gK-s0",
+                 "FAIL swiglu pairs' excess over rmw, graph median <= 3 pp: 12.5 pp over 14 "
+                 "shapes",
+                 "FAIL swiglu pairs' excess over rmw, cold median <= 5 pp: 28.4 pp over 14 "
+                 "shapes"):
+        assert line in said
+    assert said.count("swiglu pairs' excess over rmw") == 3
