@@ -264,8 +264,8 @@ def test_fold_kernel_within_2_ulp_repeatable_and_honours_the_skipped_tile(M, N, 
     8192), one, two and four passes of 2048 columns (N = 1024; 2176, a second pass of 128
     columns; 8192). Within 2 ULP of the exact correction on a C of unit scale, the same
     bits twice, and under the planted flag bit 1 the last 128 columns left as they were
-    while the others change. (Bit 0, fp16 accumulation, is one rounded product at G = 1,
-    within the bound: the grouped shapes plant it.)"""
+    while the others get the unplanted run's bits. (Bit 0, fp16 accumulation, is one
+    rounded product at G = 1, within the bound: the grouped shapes plant it.)"""
     gen = torch.Generator(device=cuda_device).manual_seed(M * 3 + N + K)
     delta = torch.randn(1, N, device=cuda_device, generator=gen) * 0.05
     A = torch.randn(M, K, device=cuda_device, generator=gen).half()
